@@ -1,0 +1,132 @@
+"""Read and write ``config/consumerOffset.json`` in the broker's own (fastjson) format.
+
+fastjson writes queue-id keys as unquoted integers (``{0:26}``), which strict JSON parsers
+reject. Reading quotes those keys first; writing reproduces the broker's shape (pretty
+printed with tabs, unquoted integer keys) so an operator can drop a fragment in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from connectors.errors import InputError
+from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
+
+OFFSETS_RELATIVE_PATH = Path("config") / "consumerOffset.json"
+HALF_KEY = f"{HALF_TOPIC}@{TRANS_GROUP}"
+OP_KEY = f"{OP_TOPIC}@{TRANS_GROUP}"
+
+# An unquoted integer key: after `{` or `,` (and white space), digits (optionally signed),
+# then white space and a colon. String contents cannot match because JSON strings are
+# quoted and topic@group keys never start with a digit right after a brace or comma
+# outside of quotes; we only rewrite outside string literals to be safe.
+_UNQUOTED_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+_STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+OffsetTable = dict[str, dict[int, int]]
+
+
+def _quote_integer_keys(text: str) -> str:
+    """Quote fastjson's bare integer keys, leaving string literals untouched."""
+    pieces: list[str] = []
+    last = 0
+    for literal in _STRING_LITERAL.finditer(text):
+        pieces.append(_UNQUOTED_KEY.sub(r'\1"\2"\3', text[last : literal.start()]))
+        pieces.append(literal.group(0))
+        last = literal.end()
+    pieces.append(_UNQUOTED_KEY.sub(r'\1"\2"\3', text[last:]))
+    return "".join(pieces)
+
+
+def parse_consumer_offsets(text: str, source: str = "consumerOffset.json") -> OffsetTable:
+    """Parse the file's text into ``{"TOPIC@GROUP": {queue_id: offset}}``.
+
+    Only ``offsetTable`` is read (5.x files also hold ``dataVersion`` and more).
+
+    Raises:
+        InputError: the text is not fastjson/JSON, ``offsetTable`` is missing or not an
+            object, or a queue id or offset is not a non-negative integer.
+    """
+    try:
+        document = json.loads(_quote_integer_keys(text))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: not a consumerOffset.json file ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("offsetTable"), dict):
+        raise InputError(f"{source}: no 'offsetTable' object in the offsets file")
+    table: OffsetTable = {}
+    for topic_group, queues in document["offsetTable"].items():
+        if not isinstance(queues, dict):
+            raise InputError(f"{source}: offsets of '{topic_group}' are not an object")
+        parsed: dict[int, int] = {}
+        for queue_key, offset in queues.items():
+            try:
+                queue_id = int(queue_key)
+            except ValueError:
+                raise InputError(f"{source}: queue id '{queue_key}' of '{topic_group}' is not an integer") from None
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise InputError(f"{source}: offset of '{topic_group}' queue {queue_id} is not an integer: {offset!r}")
+            if offset < 0 or queue_id < 0:
+                raise InputError(f"{source}: negative offset or queue id in '{topic_group}' queue {queue_id}: {offset}")
+            parsed[queue_id] = offset
+        table[topic_group] = parsed
+    return table
+
+
+def read_consumer_offsets(path: str | os.PathLike[str]) -> OffsetTable | None:
+    """Read an offsets file; ``None`` when it does not exist (offsets then start at the
+    queue's smallest available offset). The file is opened read-only."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read the offsets file ({exc})") from None
+    return parse_consumer_offsets(text, source=str(path))
+
+
+def committed_rows(broker: str, table: OffsetTable | None) -> list[tuple[str, str, int, int]]:
+    """Rows ``(broker, topic, queue_id, offset)`` of the two transaction keys, for
+    ``schemas.messages.COMMITTED_OFFSET``."""
+    rows: list[tuple[str, str, int, int]] = []
+    for key, topic in ((HALF_KEY, HALF_TOPIC), (OP_KEY, OP_TOPIC)):
+        for queue_id, offset in sorted((table or {}).get(key, {}).items()):
+            rows.append((broker, topic, queue_id, offset))
+    return rows
+
+
+def format_consumer_offsets(table: Mapping[str, Mapping[int, int]]) -> str:
+    """Render ``{"TOPIC@GROUP": {queue_id: offset}}`` the way the broker persists it:
+    fastjson pretty printing with tabs and unquoted integer queue keys."""
+    lines = ["{", '\t"offsetTable":{']
+    groups = list(table.items())
+    for index, (topic_group, queues) in enumerate(groups):
+        lines.append(f"\t\t{json.dumps(topic_group)}:{{")
+        entries = sorted(queues.items())
+        for position, (queue_id, offset) in enumerate(entries):
+            comma = "," if position < len(entries) - 1 else ""
+            lines.append(f"\t\t\t{int(queue_id)}:{int(offset)}{comma}")
+        lines.append("\t\t}" + ("," if index < len(groups) - 1 else ""))
+    lines.append("\t}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_consumer_offsets(path: str | os.PathLike[str], table: Mapping[str, Mapping[int, int]]) -> None:
+    """Write an offsets file atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(format_consumer_offsets(table))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,47 @@
+"""Build the SparkSession for the command line and tests. Notebooks pass their own."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+_LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
+
+
+def build_session(
+    app_name: str = "rmq-txn-reconcile",
+    master: str | None = None,
+    shuffle_partitions: int | None = None,
+    verbose: bool = False,
+) -> SparkSession:
+    """Return a session configured for this job (UTC, no UI in local mode, quiet logs).
+
+    ``master`` is only set when given, so that ``spark-submit --master ...`` wins on a
+    cluster. Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    builder = (
+        builder.config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if master and master.startswith("local"):
+        builder = builder.config("spark.ui.enabled", "false")
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if not verbose and _LOG4J.exists():
+        opt = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        builder = builder.config("spark.driver.extraJavaOptions", opt).config(
+            "spark.executor.extraJavaOptions", opt
+        )
+    session = builder.getOrCreate()
+    if not verbose:
+        session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,83 @@
+"""The canonical decoded-message schema (spec section 2) and the constants around it.
+
+Every source (binary broker store, Parquet, JSON, Delta) produces exactly ``MESSAGE``
+plus the two provenance columns of ``PROVENANCE``; the column names are the contract.
+Times are epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANS_GROUP = "CID_RMQ_SYS_TRANS"
+REMOVE_TAG = "d"
+
+# Property names (RocketMQ MessageConst).
+PROP_UNIQ_KEY = "UNIQ_KEY"
+PROP_PRODUCER_GROUP = "PGROUP"
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QUEUE_ID = "REAL_QID"
+PROP_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROP_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROP_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROP_TAGS = "TAGS"
+PROP_KEYS = "KEYS"
+PROP_TRAN_MSG = "TRAN_MSG"
+PROP_TRANSACTION_ID = "__transactionId__"
+
+MAGIC_V1 = 1
+MAGIC_V2 = 2
+
+MESSAGE = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("queue_offset", T.LongType()),
+        T.StructField("commitlog_offset", T.LongType()),
+        T.StructField("stored_size", T.IntegerType()),
+        T.StructField("sys_flag", T.IntegerType()),
+        T.StructField("body_crc", T.IntegerType()),
+        T.StructField("flag", T.IntegerType()),
+        T.StructField("born_timestamp_ms", T.LongType()),
+        T.StructField("born_host", T.StringType()),
+        T.StructField("store_timestamp_ms", T.LongType()),
+        T.StructField("store_host", T.StringType()),
+        T.StructField("reconsume_times", T.IntegerType()),
+        T.StructField("prepared_transaction_offset", T.LongType()),
+        T.StructField("tags", T.StringType()),
+        T.StructField("properties", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("body", T.BinaryType()),
+        T.StructField("magic_version", T.IntegerType()),
+    ]
+)
+
+# Where a record came from: the file (relative to the store root, or the input file)
+# and the byte position in it (row number for tabular input). Carried through the
+# round so that a record found unusable later (duplicate, bad property) can still be
+# reported as a bad record with its place.
+PROVENANCE = T.StructType(
+    [
+        T.StructField("source", T.StringType()),
+        T.StructField("position", T.LongType()),
+    ]
+)
+
+# What every reader returns for readable records.
+SOURCED_MESSAGE = T.StructType(MESSAGE.fields + PROVENANCE.fields)
+
+MESSAGE_COLUMNS = tuple(MESSAGE.fieldNames())
+
+# Committed consume offsets of group CID_RMQ_SYS_TRANS, one row per (broker, topic, queue),
+# as read from config/consumerOffset.json (the value is the next offset to process).
+COMMITTED_OFFSET = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+    ]
+)

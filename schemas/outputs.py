@@ -1,0 +1,130 @@
+"""Schemas of the output tables (spec section 6) and of reader-level bad records (section 7).
+
+Each output table is a Delta table partitioned by ``run_id``: a rerun of the same round
+replaces exactly its own partition. Column order here is the order written.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+RUN_COLUMNS = [
+    T.StructField("run_id", T.StringType(), nullable=False),
+    T.StructField("as_of_ms", T.LongType(), nullable=False),
+]
+
+# Columns shared by check_requests, discards and pending (spec section 6).
+HALF_ROW_FIELDS = [
+    T.StructField("broker", T.StringType()),
+    T.StructField("queue_id", T.IntegerType()),
+    T.StructField("half_offset", T.LongType()),
+    T.StructField("commitlog_offset", T.LongType()),
+    T.StructField("offset_msg_id", T.StringType()),
+    T.StructField("uniq_key", T.StringType()),
+    T.StructField("producer_group", T.StringType()),
+    T.StructField("real_topic", T.StringType()),
+    T.StructField("real_queue_id", T.IntegerType()),
+    T.StructField("born_timestamp_ms", T.LongType()),
+    T.StructField("store_timestamp_ms", T.LongType()),
+    T.StructField("age_ms", T.LongType()),
+    T.StructField("check_times", T.IntegerType()),
+    T.StructField("immunity_ms", T.LongType()),
+]
+
+# Only present when the run is asked for bodies (--include-body): bodies can hold personal data.
+BODY_FIELD = T.StructField("body", T.BinaryType())
+
+CHECK_REQUESTS = T.StructType(HALF_ROW_FIELDS + RUN_COLUMNS)
+
+DISCARDS = T.StructType(
+    HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + RUN_COLUMNS
+)
+
+PENDING = T.StructType(
+    HALF_ROW_FIELDS + [T.StructField("status", T.StringType())] + RUN_COLUMNS
+)
+
+CONSUME_OFFSETS = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("group", T.StringType()),
+        T.StructField("offset_committed", T.LongType()),
+        T.StructField("offset_before", T.LongType()),
+        T.StructField("offset_after", T.LongType()),
+        T.StructField("offset_safe", T.LongType()),
+    ]
+    + RUN_COLUMNS
+)
+
+# Class names (spec section 5) and pending statuses.
+RESOLVED = "resolved"
+DISCARD_CHECK_MAX = "discard_check_max"
+DISCARD_EXPIRED = "discard_expired"
+IMMUNE = "immune"
+TOO_YOUNG = "too_young"
+CHECK = "check"
+NOT_REACHED = "not_reached"
+CLASSES = (RESOLVED, CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED, TOO_YOUNG, NOT_REACHED)
+
+# Discard reasons (the `reason` column of discards).
+REASON_CHECK_MAX = "check_max"
+REASON_EXPIRED = "expired"
+
+RUN_SUMMARY = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("h0", T.LongType()),
+        T.StructField("h1", T.LongType()),
+        T.StructField("h_safe", T.LongType()),
+        T.StructField("p0", T.LongType()),
+        T.StructField("p1", T.LongType()),
+        T.StructField("p_safe", T.LongType()),
+    ]
+    + [T.StructField(name, T.LongType()) for name in CLASSES]
+    + [
+        T.StructField("bad_records", T.LongType()),
+        T.StructField("warnings", T.ArrayType(T.StringType())),
+        T.StructField("written_at_ms", T.LongType()),
+        T.StructField("duration_ms", T.LongType()),
+    ]
+    + RUN_COLUMNS
+)
+
+# What a reader reports for a record it could not decode or use (spec section 7).
+# `queue_id` is an addition to the spec's columns: it lets run_summary count bad records
+# per queue; it is null when the queue is unknown (e.g. a corrupt commit-log region).
+BAD_RECORD = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("source", T.StringType()),
+        T.StructField("position", T.LongType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("queue_offset", T.LongType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("raw_hex", T.StringType()),
+    ]
+)
+
+BAD_RECORDS = T.StructType(BAD_RECORD.fields + RUN_COLUMNS)
+
+CHECK_REQUESTS_TABLE = "check_requests"
+DISCARDS_TABLE = "discards"
+PENDING_TABLE = "pending"
+CONSUME_OFFSETS_TABLE = "consume_offsets"
+RUN_SUMMARY_TABLE = "run_summary"
+BAD_RECORDS_TABLE = "bad_records"
+
+# Write order: the offsets table is committed last, so it never moves ahead of the
+# tables that justify it.
+TABLE_SCHEMAS: dict[str, T.StructType] = {
+    BAD_RECORDS_TABLE: BAD_RECORDS,
+    CHECK_REQUESTS_TABLE: CHECK_REQUESTS,
+    DISCARDS_TABLE: DISCARDS,
+    PENDING_TABLE: PENDING,
+    RUN_SUMMARY_TABLE: RUN_SUMMARY,
+    CONSUME_OFFSETS_TABLE: CONSUME_OFFSETS,
+}

@@ -1,0 +1,27 @@
+"""One SparkSession for the whole suite (chispa style): local[2], UI off, few shuffle partitions, UTC."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+# Python workers must run this interpreter (the venv's), not the system python3.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    active = SparkSession.getActiveSession()
+    if active is not None:  # a notebook or another harness already owns a session
+        yield active
+        return
+    from jobs.session import build_session
+
+    session = build_session(app_name="rmq-txn-reconcile-tests", master="local[2]", shuffle_partitions=4)
+    yield session
+    session.stop()

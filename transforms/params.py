@@ -1,0 +1,32 @@
+"""Parameters of one reconciliation round (spec section 1 configuration, plus the run identity)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MS_PER_HOUR = 3_600_000
+
+
+@dataclass(frozen=True)
+class RoundParams:
+    """What a round is evaluated with.
+
+    Attributes:
+        as_of_ms: the instant T (epoch ms); only records stored before it exist.
+        run_id: identity of the round; every output row carries it.
+        check_max: [transactionCheckMax] discard when the counter reaches it.
+        transaction_timeout_ms: [transactionTimeOut] default immunity.
+        file_reserved_hours: [fileReservedTime] discard when older than this (born time).
+        include_body: keep message bodies in check_requests/discards/pending.
+    """
+
+    as_of_ms: int
+    run_id: str
+    check_max: int = 15
+    transaction_timeout_ms: int = 6000
+    file_reserved_hours: int = 72
+    include_body: bool = False
+
+    @property
+    def reserved_ms(self) -> int:
+        return self.file_reserved_hours * MS_PER_HOUR
