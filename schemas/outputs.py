@@ -128,3 +128,21 @@ TABLE_SCHEMAS: dict[str, T.StructType] = {
     RUN_SUMMARY_TABLE: RUN_SUMMARY,
     CONSUME_OFFSETS_TABLE: CONSUME_OFFSETS,
 }
+
+
+def half_row_schema(include_body: bool) -> T.StructType:
+    """The row columns of check_requests/discards/pending, with ``body`` when asked for."""
+    return T.StructType(HALF_ROW_FIELDS + ([BODY_FIELD] if include_body else []))
+
+
+def with_run_columns(schema: T.StructType) -> T.StructType:
+    return T.StructType(schema.fields + RUN_COLUMNS)
+
+
+def table_schema(table: str, include_body: bool = False) -> T.StructType:
+    """The full schema of an output table (``body`` added to the half-row tables on request)."""
+    schema = TABLE_SCHEMAS[table]
+    if not include_body or table not in (CHECK_REQUESTS_TABLE, DISCARDS_TABLE, PENDING_TABLE):
+        return schema
+    position = len(HALF_ROW_FIELDS)
+    return T.StructType(schema.fields[:position] + [BODY_FIELD] + schema.fields[position:])

@@ -1,0 +1,240 @@
+"""Output tables as Delta Lake tables, one folder each under the output root.
+
+Two writers behind one seam (``open_output``):
+
+* ``DeltaRsOutput`` (default, and the only one that runs here): Spark executors write the
+  rows as Parquet files into the table folder; delta-rs then commits those files in one
+  transaction that replaces the run's partition (``mode="overwrite"`` with a partition
+  filter on ``run_id``). Nothing proportional to the data passes through the driver,
+  only the list of files. The offsets table, one row per queue and topic, is merged.
+* ``DeltaSparkOutput``: for sessions that have Delta's JVM extension (a cluster with
+  delta-spark); the same semantics with ``replaceWhere`` and ``DeltaTable.merge``.
+
+Every table is partitioned by ``run_id``: a rerun of a round atomically replaces exactly
+its own rows, and other runs' rows stay. Tables are created when absent, with the
+schemas of ``schemas.outputs``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Field
+from deltalake.transaction import AddAction
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from connectors.arrow import to_arrow_schema
+from schemas.outputs import CONSUME_OFFSETS_TABLE
+
+PARTITION_COLUMN = "run_id"
+OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
+COMMIT_ATTEMPTS = 8
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class OutputWriter(Protocol):
+    def ensure_table(self, table: str, schema: T.StructType) -> None: ...
+
+    def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int: ...
+
+    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int: ...
+
+
+def has_delta_extension(spark: SparkSession) -> bool:
+    """True when the session was started with delta-spark's SQL extension (its jars present)."""
+    return "DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions", "")
+
+
+def open_output(spark: SparkSession, root: str | os.PathLike[str]) -> OutputWriter:
+    """The writer for this session: delta-spark where its JVM extension is loaded, else delta-rs."""
+    if has_delta_extension(spark):
+        return DeltaSparkOutput(spark, str(root))
+    return DeltaRsOutput(spark, Path(root))
+
+
+def partition_folder(run_id: str) -> str:
+    """A folder name for a run's files. Delta readers take partition values from the log,
+    not from paths, so the folder only needs to be a safe, stable, readable name."""
+    safe = _SAFE.sub("_", run_id)
+    if safe != run_id:
+        safe = f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
+    return f"{PARTITION_COLUMN}={safe}"
+
+
+def _retry(commit, what: str) -> None:
+    """Concurrent runs commit to the same tables: retry on optimistic-concurrency conflicts."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            commit()
+            return
+        except CommitFailedError:
+            if attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError(what)  # pragma: no cover
+
+
+class DeltaRsOutput:
+    """delta-rs commits of files written by Spark (see module docstring)."""
+
+    def __init__(self, spark: SparkSession, root: Path) -> None:
+        self.spark = spark
+        self.root = root
+
+    def table_path(self, table: str) -> Path:
+        return self.root / table
+
+    def ensure_table(self, table: str, schema: T.StructType) -> None:
+        path = self.table_path(table)
+        arrow = to_arrow_schema(schema)
+        try:
+            existing = DeltaTable(str(path))
+        except TableNotFoundError:
+            path.mkdir(parents=True, exist_ok=True)
+            try:
+                DeltaTable.create(str(path), arrow, mode="ignore", partition_by=[PARTITION_COLUMN])
+            except CommitFailedError:
+                pass  # a concurrent run created it first
+            return
+        present = {field.name for field in pa.schema(existing.schema().to_arrow())}
+        missing = [field for field in arrow if field.name not in present]
+        if missing:  # e.g. a first run with --include-body adds `body`
+            _retry(lambda: DeltaTable(str(path)).alter.add_columns(
+                [Field.from_arrow(field) for field in missing]), f"add columns to {table}")
+
+    def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
+        """Write ``frame`` (which has ``schema``, ``run_id`` included) as the run's partition."""
+        path = self.table_path(table)
+        staging = path / partition_folder(run_id) / f"write-{uuid.uuid4().hex}"
+        data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
+        frame.select(*data_columns).write.mode("errorifexists").parquet(str(staging))
+        actions, rows = self._add_actions(path, staging, run_id)
+        table_schema = DeltaTable(str(path)).schema()
+
+        def commit() -> None:
+            DeltaTable(str(path)).create_write_transaction(
+                actions,
+                mode="overwrite",
+                schema=table_schema,
+                partition_by=[PARTITION_COLUMN],
+                partition_filters=[(PARTITION_COLUMN, "=", run_id)],
+                commit_properties=CommitProperties(custom_metadata={"run_id": run_id}),
+            )
+
+        _retry(commit, f"commit {table}")
+        for leftover in staging.iterdir():  # Spark's _SUCCESS and .crc side files
+            if not leftover.name.endswith(".parquet"):
+                leftover.unlink(missing_ok=True)
+        return rows
+
+    @staticmethod
+    def _add_actions(table_path: Path, staging: Path, run_id: str) -> tuple[list[AddAction], int]:
+        actions: list[AddAction] = []
+        total = 0
+        for file in sorted(staging.glob("*.parquet")):
+            rows = pq.read_metadata(file).num_rows  # the footer only
+            if rows == 0:
+                file.unlink()
+                continue
+            stat = file.stat()
+            actions.append(
+                AddAction(
+                    path=file.relative_to(table_path).as_posix(),
+                    size=stat.st_size,
+                    partition_values={PARTITION_COLUMN: run_id},
+                    modification_time=int(stat.st_mtime * 1000),
+                    data_change=True,
+                    stats=json.dumps({"numRecords": rows}),
+                )
+            )
+            total += rows
+        return actions, total
+
+    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
+        """Upsert the offsets rows keyed by (run_id, broker, topic, queue_id).
+
+        The frame has one row per queue and topic (not per record), so it is brought to
+        the driver as Arrow; delta-rs merges it.
+        """
+        source = pa.table(frame.toArrow()).cast(to_arrow_schema(schema))
+        path = str(self.table_path(CONSUME_OFFSETS_TABLE))
+        on = " AND ".join(f"t.`{key}` = s.`{key}`" for key in OFFSETS_MERGE_KEYS)
+
+        def commit() -> None:
+            (
+                DeltaTable(path)
+                .merge(source, predicate=on, source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        _retry(commit, "merge consume_offsets")
+        return source.num_rows
+
+
+class DeltaSparkOutput:
+    """Writes through delta-spark's JVM extension (clusters that have its jars).
+
+    Not exercised on the development machine: its jars cannot be fetched here. Same
+    semantics as ``DeltaRsOutput``: create if absent, replace the run's partition with
+    ``replaceWhere``, merge the offsets.
+    """
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+
+    def ensure_table(self, table: str, schema: T.StructType) -> None:
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        (
+            SparkDeltaTable.createIfNotExists(self.spark)
+            .location(f"{self.root}/{table}")
+            .addColumns(schema)
+            .partitionedBy(PARTITION_COLUMN)
+            .execute()
+        )
+
+    def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
+        quoted = run_id.replace("'", "''")
+        (
+            frame.select(*schema.fieldNames())
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"{PARTITION_COLUMN} = '{quoted}'")
+            .option("mergeSchema", "true")
+            .save(f"{self.root}/{table}")
+        )
+        return -1  # delta-spark does not report the count without another pass
+
+    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
+        from delta.tables import DeltaTable as SparkDeltaTable
+        from pyspark.sql import functions as F
+
+        target = SparkDeltaTable.forPath(self.spark, f"{self.root}/{CONSUME_OFFSETS_TABLE}")
+        condition = None
+        for key in OFFSETS_MERGE_KEYS:
+            term = F.col(f"t.{key}") == F.col(f"s.{key}")
+            condition = term if condition is None else condition & term
+        (
+            target.alias("t")
+            .merge(frame.select(*schema.fieldNames()).alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        return -1
+

@@ -1,0 +1,132 @@
+"""Read exported half and op segments (Parquet, JSON lines or Delta) as canonical records.
+
+An export holds the columns of ``schemas.messages.MESSAGE`` (any subset that includes
+the required ones below). ``broker`` and ``topic`` may be omitted: they come from
+``--broker`` and from the side (``--half`` / ``--op``). ``source`` is the input file and
+``position`` the row number in it (0-based), so a bad row can be found again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connectors.errors import InputError
+from schemas.messages import HALF_TOPIC, MESSAGE, OP_TOPIC, SOURCED_MESSAGE
+from schemas.outputs import BAD_RECORD
+
+FORMATS = ("parquet", "json", "delta")
+# Without these a row cannot take part in the round.
+REQUIRED = ("queue_id", "queue_offset", "born_timestamp_ms", "store_timestamp_ms")
+_LINE = "_line"
+
+
+@dataclass(frozen=True)
+class SegmentRead:
+    messages: DataFrame
+    bad_records: DataFrame
+
+
+def validate_segment_path(path: str, fmt: str) -> None:
+    """Fail before Spark starts when an input is missing (exit code 2)."""
+    if fmt not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)}: {fmt}")
+    target = Path(path)
+    if not target.exists():
+        raise InputError(f"{path}: input not found")
+    if fmt == "delta" and not (target / "_delta_log").is_dir():
+        raise InputError(f"{path}: not a Delta table (no _delta_log/)")
+
+
+def _read_parquet_files(spark: SparkSession, paths: list[str]) -> DataFrame:
+    frame = spark.read.parquet(*paths)
+    return frame.select(
+        "*",
+        F.col("_metadata.file_path").alias("source"),
+        F.col("_metadata.row_index").cast("long").alias("position"),
+    )
+
+
+def _read_json(spark: SparkSession, path: str) -> DataFrame:
+    """JSON lines. Each file is read whole so that every line keeps its exact line number
+    (Spark's JSON reader has no row index); export files are part files of modest size."""
+    files = spark.read.option("wholetext", "true").text(path).select(
+        F.col("value"), F.col("_metadata.file_path").alias("source")
+    )
+    lines = files.select("source", F.posexplode(F.split("value", "\n")).alias("position", _LINE)).filter(
+        F.trim(F.col(_LINE)) != ""
+    )
+    parsed = F.from_json(F.col(_LINE), MESSAGE, {"mode": "PERMISSIVE"})
+    return lines.select(parsed.alias("row"), "source", F.col("position").cast("long"), _LINE).select(
+        "row.*", "source", "position", _LINE
+    )
+
+
+def _read_side(spark: SparkSession, path: str, fmt: str) -> DataFrame:
+    if fmt == "parquet":
+        return _read_parquet_files(spark, [path])
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(path)
+        if table.metadata().partition_columns:
+            raise InputError(f"{path}: partitioned Delta exports are not supported; export unpartitioned")
+        uris = table.file_uris()
+        if not uris:
+            return spark.createDataFrame([], SOURCED_MESSAGE)
+        return _read_parquet_files(spark, uris)
+    return _read_json(spark, path)
+
+
+def _canonical(frame: DataFrame, topic: str, broker: str, path: str) -> tuple[DataFrame, Column]:
+    present = set(frame.columns)
+    missing = [name for name in REQUIRED if name not in present]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+    columns = []
+    for field in MESSAGE.fields:
+        if field.name == "broker":
+            value = F.coalesce(F.col("broker").cast("string"), F.lit(broker)) if "broker" in present else F.lit(broker)
+        elif field.name == "topic":
+            value = F.coalesce(F.col("topic").cast("string"), F.lit(topic)) if "topic" in present else F.lit(topic)
+        elif field.name in present:
+            value = F.col(field.name)
+        else:
+            value = F.lit(None)
+        columns.append(value.cast(field.dataType).alias(field.name))
+    extra = [F.col(_LINE)] if _LINE in present else [F.lit(None).cast("string").alias(_LINE)]
+    shaped = frame.select(*columns, F.regexp_replace("source", "^file:", "").alias("source"), "position", *extra)
+    reasons = [F.when(F.col(name).isNull(), F.lit(f"missing {name}")) for name in REQUIRED]
+    reasons.append(F.when(F.col("topic") != topic, F.concat(F.lit("topic "), F.col("topic"), F.lit(f" in the {topic} segments"))))
+    if _LINE in present:
+        reasons.insert(0, F.when(F.col("queue_offset").isNull() & F.col("queue_id").isNull(), F.lit("unparsable JSON row")))
+    return shaped, F.coalesce(*reasons)
+
+
+def read_segments(spark: SparkSession, half: str, op: str, fmt: str, broker: str) -> SegmentRead:
+    """Read the half and op exports of one broker (see module docstring)."""
+    good: list[DataFrame] = []
+    bad: list[DataFrame] = []
+    for path, topic in ((half, HALF_TOPIC), (op, OP_TOPIC)):
+        shaped, reason = _canonical(_read_side(spark, path, fmt), topic, broker, path)
+        flagged = shaped.withColumn("_reason", reason)
+        good.append(flagged.filter(F.col("_reason").isNull()).select(*SOURCED_MESSAGE.fieldNames()))
+        raw = F.upper(F.hex(F.substring(F.encode(F.col(_LINE), "UTF-8").cast("binary"), 1, 64)))
+        bad.append(
+            flagged.filter(F.col("_reason").isNotNull()).select(
+                *[
+                    value.cast(field.dataType).alias(field.name)
+                    for value, field in zip(
+                        [F.lit(broker), F.col("source"), F.col("position"), F.lit(topic), F.col("queue_id"),
+                         F.col("queue_offset"), F.col("_reason"), raw],
+                        BAD_RECORD.fields,
+                        strict=True,
+                    )
+                ]
+            )
+        )
+    return SegmentRead(messages=good[0].unionByName(good[1]), bad_records=bad[0].unionByName(bad[1]))

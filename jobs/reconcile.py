@@ -1,0 +1,420 @@
+"""The reconciliation job: command line (``python -m jobs.reconcile``, ``spark-submit
+jobs/reconcile.py``) and notebook functions.
+
+Shape: parse arguments and configuration -> validate inputs (before Spark starts, so bad
+input fails fast with one line) -> build the session -> read -> round (transforms) ->
+write the six Delta tables (offsets last) and the consumerOffset.json fragments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+if __package__ in (None, ""):  # spark-submit jobs/reconcile.py: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from connectors.errors import InputError
+from jobs.config import JobConfig, load_config
+from schemas.messages import COMMITTED_OFFSET
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+FAULT_ENV = "RMQ_RECONCILE_FAIL_AFTER"  # test hook: stop right after committing this table
+
+
+class StrictModeError(RuntimeError):
+    """--strict and the input has bad records."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit code 2 (spec section 7)
+        raise InputError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m jobs.reconcile",
+        description="Reconcile RocketMQ transactional messages offline and write Delta tables.",
+    )
+    inputs = parser.add_argument_group("inputs (a broker store, or exported segments)")
+    inputs.add_argument("--store", action="append", default=[], metavar="[NAME=]DIR",
+                        help="broker store directory; repeat for several brokers")
+    inputs.add_argument("--half", help="exported half records (Parquet/JSON/Delta)")
+    inputs.add_argument("--op", help="exported op records (Parquet/JSON/Delta)")
+    inputs.add_argument("--offsets", help="consumerOffset.json for exported segments")
+    inputs.add_argument("--format", choices=["parquet", "json", "delta"], help="format of --half/--op")
+    inputs.add_argument("--broker", help="broker name of exported segments")
+    parser.add_argument("--output", required=True, help="output root: one Delta table per folder")
+    parser.add_argument("--as-of", dest="as_of", help="now | latest | ISO-8601 | epoch ms (default now)")
+    parser.add_argument("--run-id", dest="run_id", help="default: derived from the inputs, T and settings")
+    parser.add_argument("--conf", help="TOML file overriding conf/default.toml")
+    parser.add_argument("--check-max", dest="check_max", type=int)
+    parser.add_argument("--transaction-timeout-ms", dest="transaction_timeout_ms", type=int)
+    parser.add_argument("--file-reserved-hours", dest="file_reserved_hours", type=int)
+    parser.add_argument("--strict", action="store_const", const=True, help="fail on any bad record")
+    parser.add_argument("--include-body", dest="include_body", action="store_const", const=True,
+                        help="keep message bodies in the output (they can hold personal data)")
+    parser.add_argument("--verify-crc", dest="verify_crc", action="store_const", const=True,
+                        help="check each record's body CRC (store input)")
+    parser.add_argument("--master", help="Spark master when not launched by spark-submit")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
+    return parser
+
+
+# -- time -------------------------------------------------------------------------------
+
+def parse_as_of(text: str) -> int | str:
+    """``now`` and ``latest`` stay symbolic; an ISO-8601 instant or epoch ms becomes epoch ms."""
+    if text in ("now", "latest"):
+        return text
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"--as-of must be now, latest, an ISO-8601 instant or epoch ms: {text}") from None
+    if instant.tzinfo is None:
+        raise InputError(f"--as-of needs a time zone (e.g. {text}Z): {text}")
+    return int(instant.timestamp() * 1000)
+
+
+def resolve_as_of(as_of: int | str, messages: DataFrame) -> int:
+    """``latest``: 1 ms after the newest record read (all brokers and queues); ``now`` when
+    there is none."""
+    if isinstance(as_of, int):
+        return as_of
+    if as_of == "latest":
+        newest = messages.agg(F.max("store_timestamp_ms")).first()[0]
+        if newest is not None:
+            return int(newest) + 1
+    return int(time.time() * 1000)
+
+
+def derive_run_id(inputs: Sequence[str], as_of_ms: int, config: JobConfig) -> str:
+    """Same inputs, T and settings -> same id, so a rerun replaces its own rows."""
+    settings = {k: v for k, v in asdict(config).items() if k in
+                ("check_max", "transaction_timeout_ms", "file_reserved_hours", "include_body", "verify_crc")}
+    digest = hashlib.sha256(json.dumps([sorted(inputs), as_of_ms, settings]).encode()).hexdigest()
+    return f"r{as_of_ms}-{digest[:12]}"
+
+
+# -- extract ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Inputs:
+    """What was read: records, reader bad records, committed offsets, reader notes."""
+
+    messages: DataFrame
+    bad_records: DataFrame
+    committed_offsets: DataFrame
+    notes: DataFrame
+    identity: list[str]  # for the default run id
+
+    def persist(self) -> Inputs:
+        return Inputs(self.messages.persist(), self.bad_records.persist(), self.committed_offsets,
+                      self.notes, self.identity)
+
+
+def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobConfig) -> Inputs:
+    from connectors.rocketmq.reader import parse_store_arg, read_stores
+    from transforms.round import NOTE
+
+    specs = [parse_store_arg(arg) for arg in stores]
+    read = read_stores(spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body)
+    notes = spark.createDataFrame(list(read.notes), NOTE)
+    identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
+    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity)
+
+
+def read_segment_inputs(
+    spark: SparkSession, half: str, op: str, fmt: str, broker: str, offsets: str | None
+) -> Inputs:
+    from connectors.rocketmq.offsets_file import committed_rows, read_consumer_offsets
+    from connectors.segments import read_segments
+    from transforms.round import NOTE
+
+    table = None
+    if offsets is not None:
+        table = read_consumer_offsets(offsets)
+        if table is None:
+            raise InputError(f"{offsets}: offsets file not found")
+    read = read_segments(spark, half, op, fmt, broker)
+    committed = spark.createDataFrame(committed_rows(broker, table), COMMITTED_OFFSET)
+    identity = [f"{fmt}:{broker}:{Path(p).resolve()}" for p in (half, op)] + [f"offsets:{offsets}"]
+    return Inputs(read.messages, read.bad_records, committed, spark.createDataFrame([], NOTE), identity)
+
+
+def validate_arguments(args: argparse.Namespace) -> None:
+    """Everything that can be checked before Spark starts (exit code 2, one line)."""
+    from connectors.rocketmq.offsets_file import read_consumer_offsets
+
+    segments = [args.half, args.op, args.format, args.broker]
+    if args.store and any(value is not None for value in segments + [args.offsets]):
+        raise InputError("use either --store or --half/--op/--format/--broker, not both")
+    if not args.store:
+        if any(value is None for value in segments):
+            raise InputError("give --store DIR, or all of --half, --op, --format and --broker")
+        from connectors.segments import validate_segment_path
+
+        validate_segment_path(args.half, args.format)
+        validate_segment_path(args.op, args.format)
+        if args.offsets is not None:
+            if not Path(args.offsets).is_file():
+                raise InputError(f"{args.offsets}: offsets file not found")
+            read_consumer_offsets(args.offsets)
+        return
+    from connectors.rocketmq.offsets_file import OFFSETS_RELATIVE_PATH
+    from connectors.rocketmq.reader import parse_store_arg, validate_store
+
+    brokers: set[str] = set()
+    for arg in args.store:
+        spec = parse_store_arg(arg)
+        validate_store(spec)
+        if spec.broker in brokers:
+            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
+        brokers.add(spec.broker)
+        read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)  # malformed -> InputError now
+
+
+# -- the round for notebooks ----------------------------------------------------------------
+
+def _params(config: JobConfig, as_of_ms: int, run_id: str):
+    from transforms.params import RoundParams
+
+    return RoundParams(
+        as_of_ms=as_of_ms,
+        run_id=run_id,
+        check_max=config.check_max,
+        transaction_timeout_ms=config.transaction_timeout_ms,
+        file_reserved_hours=config.file_reserved_hours,
+        include_body=config.include_body,
+    )
+
+
+def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | None):
+    from transforms.round import classify_round
+
+    as_of_ms = resolve_as_of(as_of, inputs.messages)
+    run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
+    return classify_round(
+        inputs.messages, inputs.committed_offsets, _params(config, as_of_ms, run_id),
+        bad_input=inputs.bad_records, notes=inputs.notes,
+    )
+
+
+def reconcile_stores(
+    spark: SparkSession,
+    stores: Sequence[str],
+    *,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    **settings: object,
+):
+    """Notebook entry point: the round over broker stores, as DataFrames; nothing written.
+
+    Args:
+        spark: the caller's session.
+        stores: ``"[NAME=]DIR"`` strings, one per broker.
+        as_of: ``now``, ``latest``, an ISO-8601 instant or epoch ms.
+        run_id: default derived from the inputs, T and settings.
+        settings: any ``JobConfig`` field (check_max, transaction_timeout_ms, ...).
+
+    Returns:
+        ``transforms.round.RoundOutputs``.
+    """
+    from transforms.round import shape_outputs
+
+    config = load_config(None, dict(settings))
+    inputs = read_store_inputs(spark, stores, config)
+    return shape_outputs(_round(inputs, config, parse_as_of(str(as_of)), run_id))
+
+
+def reconcile_segments(
+    spark: SparkSession,
+    half: str,
+    op: str,
+    *,
+    fmt: str,
+    broker: str,
+    offsets: str | None = None,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    **settings: object,
+):
+    """Notebook entry point for exported segments (see ``reconcile_stores``)."""
+    from transforms.round import shape_outputs
+
+    config = load_config(None, dict(settings))
+    inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
+    return shape_outputs(_round(inputs, config, parse_as_of(str(as_of)), run_id))
+
+
+# -- load -----------------------------------------------------------------------------------
+
+def _fault_point(table: str) -> None:
+    if os.environ.get(FAULT_ENV) == table:
+        raise SystemExit(f"fault injected after committing {table} ({FAULT_ENV})")
+
+
+def write_outputs(spark: SparkSession, outputs, run_id: str, output_root: str, include_body: bool,
+                  started: float, progress) -> dict[str, int]:
+    """Create the tables if absent, replace this run's rows in each; offsets last."""
+    from connectors.delta import open_output
+    from schemas.outputs import CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
+
+    writer = open_output(spark, output_root)
+    counts: dict[str, int] = {}
+    for name in outputs.tables():
+        writer.ensure_table(name, table_schema(name, include_body))
+    for name, frame in outputs.tables().items():
+        schema = table_schema(name, include_body)
+        if name == RUN_SUMMARY_TABLE:
+            now = int(time.time() * 1000)
+            frame = frame.withColumn("written_at_ms", F.lit(now)).withColumn(
+                "duration_ms", F.lit(now - int(started * 1000))
+            )
+        if name == CONSUME_OFFSETS_TABLE:
+            counts[name] = writer.merge_offsets(frame, schema)
+        else:
+            counts[name] = writer.replace_run(name, frame, schema, run_id)
+        progress(f"wrote {name}: {counts[name]} rows")
+        _fault_point(name)
+    return counts
+
+
+def write_offset_fragments(offset_rows: list[dict], output_root: str) -> list[Path]:
+    """Per broker, consumerOffset.json (offset_after) and consumerOffset.json.safe
+    (offset_safe) in the broker's own format, ready for an operator."""
+    from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+    from schemas.messages import HALF_TOPIC
+
+    by_broker: dict[str, dict[str, dict[str, dict[int, int]]]] = {}
+    for row in offset_rows:
+        key = HALF_KEY if row["topic"] == HALF_TOPIC else OP_KEY
+        tables = by_broker.setdefault(row["broker"], {"after": {}, "safe": {}})
+        tables["after"].setdefault(key, {})[row["queue_id"]] = row["offset_after"]
+        tables["safe"].setdefault(key, {})[row["queue_id"]] = row["offset_safe"]
+    written = []
+    for broker, tables in sorted(by_broker.items()):
+        folder = Path(output_root) / "offset_fragments" / broker
+        write_consumer_offsets(folder / "consumerOffset.json", tables["after"])
+        write_consumer_offsets(folder / "consumerOffset.json.safe", tables["safe"])
+        written.append(folder)
+    return written
+
+
+def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_of_ms: int) -> str:
+    from schemas.outputs import CLASSES
+
+    when = datetime.fromtimestamp(as_of_ms / 1000).astimezone().isoformat(timespec="milliseconds")
+    lines = [f"run {run_id}  as of {as_of_ms} ({when})"]
+    for row in sorted(summary_rows, key=lambda r: (r["broker"], r["queue_id"] if r["queue_id"] is not None else -1)):
+        classes = "  ".join(f"{name}={row[name]}" for name in CLASSES)
+        lines.append(f"  {row['broker']} queue {row['queue_id']}: {classes}  bad_records={row['bad_records']}")
+        if row["h0"] is not None:
+            lines.append(
+                f"    half offset {row['h0']} -> {row['h1']} (safe {row['h_safe']});"
+                f" op offset {row['p0']} -> {row['p1']} (safe {row['p_safe']})"
+            )
+        for warning in row["warnings"] or []:
+            lines.append(f"    warning: {warning}")
+    lines.append(f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>")
+    lines.append(f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.json[.safe]")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+    started = time.time()
+
+    def progress(message: str) -> None:
+        print(f"[{time.time() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    overrides = {key: getattr(args, key) for key in
+                 ("check_max", "transaction_timeout_ms", "file_reserved_hours", "strict", "include_body",
+                  "verify_crc", "as_of", "master")}
+    config = load_config(args.conf, overrides)
+    as_of = parse_as_of(config.as_of)
+    validate_arguments(args)
+
+    if spark is None:
+        from jobs.session import build_session
+
+        under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit decides the master
+        spark = build_session(
+            master=None if under_submit else config.master,
+            shuffle_partitions=config.shuffle_partitions,
+            verbose=args.verbose,
+        )
+    from transforms.round import shape_outputs
+
+    if args.store:
+        inputs = read_store_inputs(spark, args.store, config)
+    else:
+        inputs = read_segment_inputs(spark, args.half, args.op, args.format, args.broker, args.offsets)
+    inputs = inputs.persist()
+    records = inputs.messages.count()
+    progress(f"read {records} half/op records from {len(inputs.identity)} input(s)")
+
+    state = _round(inputs, config, as_of, args.run_id).persist()
+    params = state.params
+    bad = state.bad_records.count()
+    pending = state.pending.count()
+    progress(f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records")
+    if config.strict and bad:
+        first = state.bad_records.orderBy("broker", "source", "position").first()
+        raise StrictModeError(
+            f"{bad} bad record(s) and --strict is set; first: {first['reason']} at {first['source']}:{first['position']}"
+        )
+    outputs = shape_outputs(state)
+    write_outputs(spark, outputs, params.run_id, args.output, config.include_body, started, progress)
+    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]  # one row per queue and topic
+    write_offset_fragments(offset_rows, args.output)
+    summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
+    print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
+    state.unpersist()
+    inputs.messages.unpersist()
+    inputs.bad_records.unpersist()
+    progress("done")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input)."""
+    try:
+        args = build_parser().parse_args(argv)
+        return run(args, spark)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StrictModeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(f"error: {exc.code}", file=sys.stderr)
+            return EXIT_FAILED
+        return int(exc.code or 0)
+    except Exception as exc:  # a failure while running: one line, details with --verbose
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"error: {type(exc).__name__}: {first_line}", file=sys.stderr)
+        if "--verbose" in (argv or sys.argv):
+            raise
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Bad records found by the round itself (spec section 7): duplicates, unparsable op items,
+unparsable half properties. Readers report what they could not decode; these are records
+that decoded but cannot be used as they are."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from schemas.messages import (
+    PROP_CHECK_TIMES,
+    PROP_IMMUNITY_SECONDS,
+    PROP_PREPARED_QUEUE_OFFSET,
+    PROP_REAL_QUEUE_ID,
+)
+from schemas.outputs import BAD_RECORD
+from transforms.ops import ITEM_TEXT, OP_OFFSET
+from transforms.parsing import is_unparsable, parse_java_int, parse_java_long
+
+RAW_HEX_BYTES = 64
+_QUOTED_TEXT_CHARS = 64
+
+
+def _raw_hex(text: Column) -> Column:
+    return F.upper(F.hex(F.substring(F.encode(text, "UTF-8").cast(T.BinaryType()), 1, RAW_HEX_BYTES)))
+
+
+def _bad_record(
+    broker: Column, source: Column, position: Column, topic: Column, queue_id: Column,
+    queue_offset: Column, reason: Column, raw_hex: Column,
+) -> list[Column]:
+    values = [broker, source, position, topic, queue_id, queue_offset, reason, raw_hex]
+    return [value.cast(field.dataType).alias(field.name) for value, field in zip(values, BAD_RECORD.fields, strict=True)]
+
+
+def _quoted(text: Column) -> Column:
+    return F.concat(F.lit("'"), F.substring(text, 1, _QUOTED_TEXT_CHARS), F.lit("'"))
+
+
+def duplicate_records(marked: DataFrame) -> DataFrame:
+    """Records that lost to another record with the same (broker, topic, queue, offset)."""
+    reason = F.format_string(
+        "duplicate queue offset: the record at commit-log offset %d is used instead",
+        F.col("duplicate_of"),
+    )
+    return marked.filter(F.col("duplicate_of").isNotNull()).select(
+        *_bad_record(
+            F.col("broker"), F.col("source"), F.col("position"), F.col("topic"), F.col("queue_id"),
+            F.col("queue_offset"), reason, F.lit(None),
+        )
+    )
+
+
+def unparsable_op_items(bad_items: DataFrame, op_topic: str) -> DataFrame:
+    """One bad record per op body item that is not a long (it names nothing)."""
+    reason = F.concat(F.lit("unparsable op body item "), _quoted(F.col(ITEM_TEXT)))
+    return bad_items.select(
+        *_bad_record(
+            F.col("broker"), F.col("source"), F.col("position"), F.lit(op_topic), F.col("queue_id"),
+            F.col(OP_OFFSET), reason, _raw_hex(F.col(ITEM_TEXT)),
+        )
+    )
+
+
+# Half properties that must parse, with the parser the round uses for them. The immunity
+# property parses as a long; an unparsable one means transaction_timeout_ms.
+_CHECKED_PROPERTIES: tuple[tuple[str, str, object], ...] = (
+    (PROP_CHECK_TIMES, "check_times_raw", parse_java_int),
+    (PROP_IMMUNITY_SECONDS, "immunity_raw", parse_java_long),
+    (PROP_REAL_QUEUE_ID, "real_queue_id_raw", parse_java_int),
+    (PROP_PREPARED_QUEUE_OFFSET, "prepared_queue_offset_raw", parse_java_long),
+)
+
+
+def unparsable_properties(half: DataFrame) -> DataFrame:
+    """One bad record per unparsable counter, immunity, REAL_QID or prepared offset of a
+    half record (``half`` carries the ``*_raw`` columns of ``with_half_fields``)."""
+    problem = T.StructType([T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType())])
+    problems = F.array(
+        *[
+            F.when(
+                is_unparsable(F.col(raw), parser(F.col(raw))),  # type: ignore[operator]
+                F.struct(F.concat(F.lit(f"unparsable {name} "), _quoted(F.col(raw))).alias("reason"), F.col(raw).alias("raw")),
+            ).cast(problem)
+            for name, raw, parser in _CHECKED_PROPERTIES
+        ]
+    )
+    return (
+        half.select("broker", "source", "position", "topic", "queue_id", "queue_offset",
+                    F.explode(F.filter(problems, lambda p: p.isNotNull())).alias("problem"))
+        .select(
+            *_bad_record(
+                F.col("broker"), F.col("source"), F.col("position"), F.col("topic"), F.col("queue_id"),
+                F.col("queue_offset"), F.col("problem.reason"), _raw_hex(F.col("problem.raw")),
+            )
+        )
+    )

@@ -1,0 +1,72 @@
+"""Op records -> the half offsets they name (spec section 3).
+
+4.9 brokers write one decimal per op record (``"1234"``); 5.1+ brokers write a batch with
+each item followed by a comma (``"7,9,8,"``, unsorted). Both are read the same way: split
+on ``,``, drop empty items, parse each as a long. Only records tagged ``d`` name anything.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from schemas.messages import REMOVE_TAG
+from transforms.parsing import parse_java_long
+
+OP_ITEM_SEPARATOR = ","
+ITEM_TEXT = "item_text"
+HALF_OFFSET = "half_offset"
+OP_OFFSET = "op_offset"
+
+
+def is_remove_op() -> Column:
+    """Only ``d`` (REMOVETAG) op records name half offsets; any other tag names nothing."""
+    return F.col("tags") == REMOVE_TAG
+
+
+def explode_op_items(ops: DataFrame) -> DataFrame:
+    """One row per non-empty item of each ``d`` op body.
+
+    Returns ``broker, queue_id, op_offset, source, position, item_text, half_offset``;
+    ``half_offset`` is null for an item that does not parse (a bad record that names
+    nothing). The body is decoded as UTF-8; invalid bytes become replacement characters
+    and so make the item unparsable rather than silently different.
+    """
+    items = F.split(F.decode(F.col("body"), "UTF-8"), OP_ITEM_SEPARATOR)
+    return (
+        ops.filter(is_remove_op() & F.col("body").isNotNull())
+        .select(
+            "broker",
+            "queue_id",
+            F.col("queue_offset").alias(OP_OFFSET),
+            "source",
+            "position",
+            F.explode(items).alias(ITEM_TEXT),
+        )
+        .filter(F.col(ITEM_TEXT) != "")
+        .withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
+    )
+
+
+def named_offsets(op_items: DataFrame) -> DataFrame:
+    """``named`` of spec section 3: ``broker, queue_id, half_offset`` named by any op
+    record (duplicates kept; consumers test membership with semi/anti joins)."""
+    return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select("broker", "queue_id", HALF_OFFSET)
+
+
+def largest_named_offset(op_items: DataFrame) -> DataFrame:
+    """``broker, queue_id, op_offset, max_named`` per op record that names something.
+
+    An op record is *done* for a round when every item >= h0 is < h1; since h1 >= h0 that
+    is exactly ``max_named < h1``, so the largest item is all the round needs to know.
+    """
+    return (
+        op_items.filter(F.col(HALF_OFFSET).isNotNull())
+        .groupBy("broker", "queue_id", OP_OFFSET)
+        .agg(F.max(HALF_OFFSET).alias("max_named"))
+    )
+
+
+def unparsable_items(op_items: DataFrame) -> DataFrame:
+    """The items that do not parse, one row each: they are bad records."""
+    return op_items.filter(F.col(HALF_OFFSET).isNull())
