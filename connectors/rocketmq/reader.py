@@ -1,0 +1,549 @@
+"""Read RocketMQ broker stores (``--store [NAME=]DIR``) into the canonical schema, on Spark.
+
+The driver lists files (names and sizes only) and cuts the work into *units*: a range of
+entries of one consume-queue file, or one commit-log file to scan when a queue's consume
+queue is missing. Units are packed into tasks and run by ``mapInArrow`` over
+``spark.range(n_tasks)`` (one task per partition); each task memory-maps the files
+read-only and decodes with ``codec`` (vectorised numpy/pyarrow), yielding Arrow record
+batches of one combined schema: message columns plus ``reason``/``raw_hex`` (null for
+readable records). That DataFrame is persisted and split into ``messages`` and
+``bad_records``, so a run reads the store once. See ``docs/store-reader.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connectors.errors import InputError
+from connectors.rocketmq import codec
+from connectors.rocketmq.offsets_file import (
+    HALF_KEY,
+    OFFSETS_RELATIVE_PATH,
+    OP_KEY,
+    committed_rows,
+    read_consumer_offsets,
+)
+from schemas.messages import COMMITTED_OFFSET, HALF_TOPIC, OP_TOPIC, SOURCED_MESSAGE
+from schemas.outputs import BAD_RECORD
+
+TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
+
+# Work sizes: a task decodes about this many records (consume-queue entries); records are
+# decoded in chunks of at most this many records / stored bytes (bounds memory per batch).
+TASK_ENTRIES = 200_000
+CHUNK_RECORDS = 65_536
+CHUNK_BYTES = 64 << 20
+SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
+
+# One pass produces both readable records and bad records.
+COMBINED = T.StructType(
+    [*SOURCED_MESSAGE.fields, T.StructField("reason", T.StringType()), T.StructField("raw_hex", T.StringType())]
+)
+COMBINED_ARROW = pa.schema(
+    [
+        ("broker", pa.string()),
+        *[(f.name, f.type) for f in codec.RECORD_SCHEMA if f.name != "position"],
+        ("source", pa.string()),
+        ("position", pa.int64()),
+        ("reason", pa.string()),
+        ("raw_hex", pa.string()),
+    ]
+)
+assert COMBINED_ARROW.names == COMBINED.fieldNames()
+
+
+# --- store arguments -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    broker: str
+    root: Path
+
+
+def parse_store_arg(arg: str) -> StoreSpec:
+    """``[NAME=]DIR``: the broker name defaults to the directory's base name. A ``NAME`` is
+    the text before the first ``=`` when it has no path separator."""
+    name, sep, rest = arg.partition("=")
+    if sep and name and "/" not in name and os.sep not in name:
+        directory = rest
+    else:
+        name, directory = "", arg
+    if not directory:
+        raise InputError(f"--store {arg!r}: no directory given")
+    root = Path(directory).expanduser()
+    broker = name or root.name or root.resolve().name
+    if not broker:
+        raise InputError(f"--store {arg!r}: cannot derive a broker name, use NAME=DIR")
+    return StoreSpec(broker=broker, root=root)
+
+
+def validate_store(spec: StoreSpec) -> None:
+    """InputError (one line naming the path) unless ``spec.root`` is a store directory."""
+    root = spec.root
+    if not root.exists():
+        raise InputError(f"{root}: store directory does not exist")
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory")
+    if not (root / "commitlog").is_dir() and not (root / "consumequeue").is_dir():
+        raise InputError(f"{root}: not a RocketMQ store (neither commitlog/ nor consumequeue/ found)")
+
+
+# --- result --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreRead:
+    messages: DataFrame
+    bad_records: DataFrame
+    committed_offsets: DataFrame
+    notes: list[tuple[str, int | None, str]]
+    # The persisted one-pass DataFrame both of the above are cut from (``unpersist`` frees it).
+    combined: DataFrame | None = field(default=None, repr=False, compare=False)
+
+    def unpersist(self) -> None:
+        if self.combined is not None:
+            self.combined.unpersist()
+
+
+# --- planning (driver) -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommitLogFile:
+    name: str  # relative to the store root, e.g. commitlog/00000000000000000000
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class QueueUnit:
+    """Entries ``[entry_begin, entry_end)`` of one consume-queue file."""
+
+    broker: str
+    root: str
+    topic: str
+    queue_id: int
+    cq_name: str  # relative to the store root
+    cq_start: int  # byte offset the file name stands for
+    entry_begin: int
+    entry_end: int
+    cq_size: int
+    commitlog: tuple[CommitLogFile, ...]
+
+    @property
+    def weight(self) -> int:
+        return self.entry_end - self.entry_begin
+
+
+@dataclass(frozen=True)
+class ScanUnit:
+    """One commit-log file walked record by record, keeping ``wanted`` (topic, queue id or
+    None for every queue): the rebuild of queues whose consume queue is missing."""
+
+    broker: str
+    root: str
+    file: CommitLogFile
+    wanted: tuple[tuple[str, int | None], ...]
+
+    @property
+    def weight(self) -> int:
+        return max(1, self.file.size // SCAN_BYTES_PER_ENTRY)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    verify_crc: bool = False
+    body_topics: tuple[str, ...] | None = (OP_TOPIC,)  # None: every body
+
+
+Unit = QueueUnit | ScanUnit
+
+
+def _offset_files(directory: Path) -> tuple[list[tuple[str, int, int]], list[str]]:
+    """(name, start, size) of the 20-digit files of a directory, sorted; other names."""
+    found, other = [], []
+    if not directory.is_dir():
+        return found, other
+    for entry in os.scandir(directory):
+        start = codec.file_start_offset(entry.name)
+        if start is None or not entry.is_file():
+            other.append(entry.name)
+            continue
+        found.append((entry.name, start, entry.stat().st_size))
+    found.sort(key=lambda item: item[1])
+    return found, sorted(other)
+
+
+def list_commitlog(root: Path) -> tuple[tuple[CommitLogFile, ...], list[str]]:
+    files, other = _offset_files(root / "commitlog")
+    result = []
+    for i, (name, start, size) in enumerate(files):
+        if i + 1 < len(files):  # a file never extends into the next one
+            size = min(size, files[i + 1][1] - start)
+        result.append(CommitLogFile(f"commitlog/{name}", start, size))
+    return tuple(result), other
+
+
+def plan_store(spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offsets: dict | None = None) -> tuple[list[Unit], list[tuple[str, int | None, str]]]:
+    """Units of work and notes for one store (file names and sizes only are read)."""
+    root = spec.root
+    broker = spec.broker
+    notes: list[tuple[str, int | None, str]] = []
+    commitlog, other = list_commitlog(root)
+    if other:
+        notes.append((broker, None, f"commitlog/: ignored {len(other)} file(s) not named by an offset: {', '.join(other[:5])}"))
+    present: dict[str, dict[int, list[tuple[str, int, int]]]] = {}
+    for topic in topics:
+        queues: dict[int, list[tuple[str, int, int]]] = {}
+        topic_dir = root / "consumequeue" / topic
+        if topic_dir.is_dir():
+            for entry in sorted(os.scandir(topic_dir), key=lambda e: e.name):
+                if entry.is_dir() and entry.name.isdigit():
+                    files, _ = _offset_files(Path(entry.path))
+                    queues[int(entry.name)] = files
+        present[topic] = queues
+    committed: set[int] = set()
+    if offsets:
+        for key, topic in ((HALF_KEY, HALF_TOPIC), (OP_KEY, OP_TOPIC)):
+            if topic in topics:
+                committed.update(offsets.get(key, {}).keys())
+
+    units: list[Unit] = []
+    for topic in topics:
+        for queue_id, files in present[topic].items():
+            for name, start, size in files:
+                entries = (size + codec.CQ_ENTRY_SIZE - 1) // codec.CQ_ENTRY_SIZE
+                rel = f"consumequeue/{topic}/{queue_id}/{name}"
+                for begin in range(0, entries, TASK_ENTRIES):
+                    units.append(
+                        QueueUnit(broker, str(root), topic, queue_id, rel, start, begin, min(entries, begin + TASK_ENTRIES), size, commitlog)
+                    )
+
+    wanted: list[tuple[str, int | None]] = []
+    if not any(present[t] for t in topics) and not committed:
+        wanted = [(t, None) for t in topics]
+        if commitlog:
+            notes.append((broker, None, f"no consume queue for {', '.join(topics)}: queues rebuilt by scanning the commit log"))
+    else:
+        for topic in topics:
+            expected = set(present[topic])
+            if topic in TRANSACTION_TOPICS:
+                for sibling in TRANSACTION_TOPICS:
+                    if sibling in topics:
+                        expected |= set(present[sibling])
+                expected |= committed
+            for queue_id in sorted(expected - set(present[topic])):
+                wanted.append((topic, queue_id))
+                notes.append((broker, queue_id, f"consume queue consumequeue/{topic}/{queue_id} missing: queue rebuilt from the commit log"))
+    if wanted:
+        units.extend(ScanUnit(broker, str(root), f, tuple(wanted)) for f in commitlog)
+    if not commitlog and any(present[t] for t in topics):
+        notes.append((broker, None, "no commit-log file: every consume-queue entry points nowhere"))
+    return units, notes
+
+
+def pack_tasks(units: Sequence[Unit], target: int = TASK_ENTRIES) -> list[list[Unit]]:
+    """Consecutive units grouped into tasks of about ``target`` entries."""
+    tasks: list[list[Unit]] = []
+    current: list[Unit] = []
+    weight = 0
+    for unit in units:
+        if current and weight + unit.weight > target:
+            tasks.append(current)
+            current, weight = [], 0
+        current.append(unit)
+        weight += unit.weight
+    if current:
+        tasks.append(current)
+    return tasks
+
+
+# --- execution (Python workers) ----------------------------------------------------------------------
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
+
+
+class _Out:
+    """Collects bad rows of a unit and turns decoded record tables into combined batches."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+        self.bad: list[dict] = []
+
+    def add_bad(self, source: str, position: int, reason: str, raw: str, topic: str | None = None, queue_id: int | None = None, queue_offset: int | None = None) -> None:
+        self.bad.append(
+            {"broker": self.broker, "source": source, "position": int(position), "topic": topic,
+             "queue_id": None if queue_id is None else int(queue_id),
+             "queue_offset": None if queue_offset is None else int(queue_offset),
+             "reason": reason, "raw_hex": raw}
+        )
+
+    def records(self, table: pa.Table, source: str) -> Iterator[pa.RecordBatch]:
+        if table.num_rows == 0:
+            return
+        n = table.num_rows
+        columns = []
+        for f in COMBINED_ARROW:
+            if f.name == "broker":
+                columns.append(_repeat(self.broker, n))
+            elif f.name == "source":
+                columns.append(_repeat(source, n))
+            elif f.name in ("reason", "raw_hex"):
+                columns.append(pa.nulls(n, pa.string()))
+            else:
+                columns.append(table.column(f.name))
+        yield from pa.Table.from_arrays(columns, schema=COMBINED_ARROW).to_batches()
+
+    def flush_bad(self) -> Iterator[pa.RecordBatch]:
+        if not self.bad:
+            return
+        rows = self.bad
+        self.bad = []
+        table = pa.Table.from_pylist(rows, schema=pa.schema([COMBINED_ARROW.field(k) for k in rows[0]]))
+        n = table.num_rows
+        columns = [table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type) for f in COMBINED_ARROW]
+        yield from pa.Table.from_arrays(columns, schema=COMBINED_ARROW).to_batches()
+
+
+def _chunks(positions: np.ndarray, sizes: np.ndarray) -> Iterator[slice]:
+    """Slices of at most CHUNK_RECORDS records and about CHUNK_BYTES stored bytes."""
+    n = len(positions)
+    ends = np.cumsum(np.maximum(sizes, 0))
+    i = 0
+    while i < n:
+        before = int(ends[i - 1]) if i else 0
+        j = int(np.searchsorted(ends, before + CHUNK_BYTES, side="right"))
+        j = min(max(j, i + 1), i + CHUNK_RECORDS, n)
+        yield slice(i, j)
+        i = j
+
+
+def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """Follow the entries of a consume-queue range into the commit log."""
+    root = Path(unit.root)
+    out = _Out(unit.broker)
+    try:
+        cq = codec.open_read_only(root / unit.cq_name)
+    except OSError as exc:
+        out.add_bad(unit.cq_name, unit.entry_begin * codec.CQ_ENTRY_SIZE, f"cannot read consume-queue file: {exc}", "", unit.topic, unit.queue_id)
+        yield from out.flush_bad()
+        return
+    begin = unit.entry_begin * codec.CQ_ENTRY_SIZE
+    stop = min(len(cq), unit.entry_end * codec.CQ_ENTRY_SIZE)
+    raw = np.asarray(cq[begin:stop])
+    phys, size, tags = codec.decode_cq_entries(raw)
+    count = len(phys)
+    entry_pos = begin + np.arange(count, dtype=np.int64) * codec.CQ_ENTRY_SIZE
+    logical = (unit.cq_start + entry_pos) // codec.CQ_ENTRY_SIZE
+    if len(raw) % codec.CQ_ENTRY_SIZE:
+        tail_at = begin + count * codec.CQ_ENTRY_SIZE
+        if np.any(raw[count * codec.CQ_ENTRY_SIZE :] != 0):
+            out.add_bad(unit.cq_name, tail_at, "truncated consume-queue entry at the end of the file",
+                        codec.raw_hex(cq, tail_at), unit.topic, unit.queue_id, (unit.cq_start + tail_at) // codec.CQ_ENTRY_SIZE)
+
+    def entry_bad(k: np.ndarray | int, reason: str) -> None:
+        at = int(entry_pos[k])
+        out.add_bad(unit.cq_name, at, reason, codec.raw_hex(cq, at, codec.CQ_ENTRY_SIZE), unit.topic, unit.queue_id, int(logical[k]))
+
+    unwritten = (phys == 0) & (size == 0) & (tags == 0)
+    padding = (phys == 0) & (size == codec.CQ_PAD_SIZE) & (tags == 0)
+    live = ~(unwritten | padding)
+    files = unit.commitlog
+    starts = np.array([f.start for f in files], dtype=np.int64)
+    ends = np.array([f.start + f.size for f in files], dtype=np.int64)
+    max_size = int(max((f.size for f in files), default=0))
+    bad_size = live & ((size < codec.MIN_RECORD_SIZE) | (size > max(max_size, codec.MIN_RECORD_SIZE)))
+    for k in np.flatnonzero(bad_size):
+        entry_bad(k, f"consume-queue entry has an invalid size {int(size[k])} (commit-log offset {int(phys[k])})")
+    live &= ~bad_size
+    file_index = np.searchsorted(starts, phys, side="right") - 1 if len(starts) else np.full(count, -1)
+    for k in np.flatnonzero(live & (file_index < 0)):
+        if len(starts):
+            entry_bad(k, f"commit-log offset {int(phys[k])} is below the first commit-log file ({int(starts[0])}): expired")
+        else:
+            entry_bad(k, f"commit-log offset {int(phys[k])}: the store has no commit-log file")
+    live &= file_index >= 0
+    inside = np.zeros(count, dtype=bool)
+    if len(starts):
+        fi = np.maximum(file_index, 0)
+        inside = live & (phys < ends[fi])
+    for k in np.flatnonzero(live & ~inside):
+        if int(file_index[k]) == len(files) - 1:
+            entry_bad(k, f"commit-log offset {int(phys[k])} is past the end of the commit log ({int(ends[-1])})")
+        else:
+            entry_bad(k, f"commit-log offset {int(phys[k])} lies in no commit-log file (missing file)")
+    yield from out.flush_bad()
+
+    for fidx in np.unique(file_index[inside]):
+        log = files[int(fidx)]
+        members = np.flatnonzero(inside & (file_index == fidx))
+        try:
+            buf = codec.open_read_only(root / log.name)[: log.size]
+        except OSError as exc:
+            for k in members:
+                entry_bad(k, f"cannot read {log.name}: {exc}")
+            yield from out.flush_bad()
+            continue
+        positions = phys[members] - log.start
+        for part in _chunks(positions, size[members]):
+            sel = members[part]
+            result = codec.decode_records(buf, positions[part], file_offset=log.start, verify_crc=options.verify_crc, body_topics=options.body_topics)
+            for b in result.bad:
+                k = sel[b.index]
+                if b.no_record:
+                    entry_bad(k, f"consume-queue entry points at no record in {log.name} at position {b.position}: {b.reason}")
+                else:
+                    out.add_bad(log.name, b.position, b.reason, codec.raw_hex(buf, b.position), unit.topic, unit.queue_id, int(logical[k]))
+            table = result.records
+            if table.num_rows:
+                ks = sel[result.index]
+                matches = (
+                    pc.equal(table.column("topic"), unit.topic).to_numpy(zero_copy_only=False).astype(bool)
+                    & (table.column("queue_id").to_numpy() == unit.queue_id)
+                    & (table.column("queue_offset").to_numpy() == logical[ks])
+                    & (table.column("stored_size").to_numpy() == size[ks])
+                )
+                if not matches.all():
+                    for r in np.flatnonzero(~matches):
+                        row = {c: table.column(c)[int(r)].as_py() for c in ("topic", "queue_id", "queue_offset", "stored_size")}
+                        entry_bad(
+                            ks[r],
+                            f"consume-queue entry (size {int(size[ks[r]])}) does not match the record at {log.name} "
+                            f"position {int(positions[part][result.index[r]])}: topic {row['topic']}, queue {row['queue_id']}, "
+                            f"offset {row['queue_offset']}, size {row['stored_size']}",
+                        )
+                    table = table.filter(pa.array(matches))
+            yield from out.records(table, log.name)
+            yield from out.flush_bad()
+
+
+def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """Walk one commit-log file and decode the records of the wanted queues."""
+    root = Path(unit.root)
+    log = unit.file
+    out = _Out(unit.broker)
+    try:
+        buf = codec.open_read_only(root / log.name)[: log.size]
+    except OSError as exc:
+        out.add_bad(log.name, 0, f"cannot read commit-log file: {exc}", "")
+        yield from out.flush_bad()
+        return
+    walk = codec.walk_records(buf)
+    if walk.error:
+        out.add_bad(log.name, walk.stop, f"{walk.error}; rest of the file skipped", codec.raw_hex(buf, walk.stop))
+    positions = walk.positions
+    sizes = np.zeros(len(positions), dtype=np.int64)
+    if len(positions):
+        sizes[:-1] = np.diff(positions)
+        sizes[-1] = walk.stop - positions[-1]
+    for part in _chunks(positions, sizes):
+        chunk = positions[part]
+        layout = codec.record_layout(buf, chunk, log.start)
+        for i in np.flatnonzero(layout.status != codec.OK):
+            reason = codec._reason(layout, int(i), int(layout.status[i]), len(buf), log.start)
+            out.add_bad(log.name, int(chunk[i]), reason, codec.raw_hex(buf, int(chunk[i])))
+        tx = layout.sys_flag & codec.TRANSACTION_MASK
+        dispatched = (tx == codec.TRANSACTION_NOT_TYPE) | (tx == codec.TRANSACTION_COMMIT_TYPE)
+        keep = np.zeros(len(chunk), dtype=bool)
+        for topic, queue_id in unit.wanted:
+            mask = codec.topic_matches(buf, layout, topic)
+            if queue_id is not None:
+                mask &= layout.queue_id == queue_id
+            keep |= mask
+        keep &= dispatched & (layout.status == codec.OK)
+        idx = np.flatnonzero(keep)
+        result = codec.decode_records(
+            buf, chunk[idx], file_offset=log.start, verify_crc=options.verify_crc,
+            body_topics=options.body_topics, layout=layout.subset(idx),
+        )
+        for b in result.bad:
+            out.add_bad(log.name, b.position, b.reason, codec.raw_hex(buf, b.position), b.topic, b.queue_id, b.queue_offset)
+        yield from out.records(result.records, log.name)
+        yield from out.flush_bad()
+    yield from out.flush_bad()
+
+
+def run_unit(unit: Unit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """Batches of ``COMBINED_ARROW`` for one unit. A failure that escapes the decoders (it
+    should not happen) becomes a bad record naming the unit, never a failed task."""
+    runner = run_queue_unit if isinstance(unit, QueueUnit) else run_scan_unit
+    try:
+        yield from runner(unit, options)
+    except Exception as exc:
+        out = _Out(unit.broker)
+        if isinstance(unit, QueueUnit):
+            out.add_bad(unit.cq_name, unit.entry_begin * codec.CQ_ENTRY_SIZE, f"unreadable consume-queue range: {type(exc).__name__}: {exc}", "", unit.topic, unit.queue_id)
+        else:
+            out.add_bad(unit.file.name, 0, f"unreadable commit-log file: {type(exc).__name__}: {exc}", "")
+        yield from out.flush_bad()
+
+
+def _read_tasks(tasks: list[list[Unit]], options: ReadOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for task_id in batch.column(0).to_pylist():
+            for unit in tasks[int(task_id)]:
+                yield from run_unit(unit, options)
+
+
+def read_batches(stores: Sequence[StoreSpec], *, verify_crc: bool = False, include_half_body: bool = False, topics: Sequence[str] = TRANSACTION_TOPICS) -> Iterator[pa.RecordBatch]:
+    """The reader without Spark (tests, small tools): every combined batch of the stores."""
+    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,))
+    for spec in stores:
+        validate_store(spec)
+        offsets = read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)
+        units, _ = plan_store(spec, tuple(topics), offsets)
+        for unit in units:
+            yield from run_unit(unit, options)
+
+
+def read_stores(
+    spark: SparkSession,
+    stores: Sequence[StoreSpec],
+    *,
+    verify_crc: bool = False,
+    include_half_body: bool = False,
+    topics: Sequence[str] = TRANSACTION_TOPICS,
+) -> StoreRead:
+    """Read the half and op queues (or ``topics``) of every store; see the module doc.
+
+    Raises InputError (before any Spark job) for a path that is not a store, two stores with
+    the same broker name, or a malformed ``config/consumerOffset.json``."""
+    topics = tuple(topics)
+    names = [s.broker for s in stores]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise InputError(f"--store: broker name {duplicated[0]!r} given twice")
+    units: list[Unit] = []
+    notes: list[tuple[str, int | None, str]] = []
+    committed: list[tuple[str, str, int, int]] = []
+    for spec in stores:
+        validate_store(spec)
+        offsets = read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)
+        committed.extend(committed_rows(spec.broker, offsets))
+        store_units, store_notes = plan_store(spec, topics, offsets)
+        units.extend(store_units)
+        notes.extend(store_notes)
+    tasks = pack_tasks(units)
+    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,))
+    ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    combined = ranges.mapInArrow(functools.partial(_read_tasks, tasks, options), COMBINED)
+    combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
+    messages = combined.where(F.col("reason").isNull()).select(*SOURCED_MESSAGE.fieldNames())
+    bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
+    committed_offsets = spark.createDataFrame(committed, COMMITTED_OFFSET)
+    return StoreRead(messages=messages, bad_records=bad_records, committed_offsets=committed_offsets, notes=notes, combined=combined)
