@@ -72,8 +72,8 @@ class RoundState:
     params: RoundParams
 
     def persist(self) -> RoundState:
-        """Materialise the shared state once (a job writes six tables from it)."""
-        return RoundState(self.pending.persist(), self.queues.persist(), self.bad_records.persist(), self.params)
+        """Materialise the shared record-level state once (a job writes six tables from it)."""
+        return RoundState(self.pending.persist(), self.queues, self.bad_records.persist(), self.params)
 
     def unpersist(self) -> None:
         for frame in (self.pending, self.queues, self.bad_records):
@@ -154,6 +154,17 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     )
 
 
+def localize(per_queue: DataFrame) -> DataFrame:
+    """Bring a per-queue frame to the driver and back as a local relation.
+
+    Only for frames with one row per (broker, queue) or (broker, topic, queue): never
+    proportional to the records. Without it, every later join re-plans the aggregates
+    that produced the frame, and each broadcast of it is a Spark job of its own; a small
+    round took hundreds of stages.
+    """
+    return per_queue.sparkSession.createDataFrame(per_queue.collect(), per_queue.schema)
+
+
 def classify_round(
     messages: DataFrame,
     committed_offsets: DataFrame,
@@ -162,6 +173,9 @@ def classify_round(
     notes: DataFrame | None = None,
 ) -> RoundState:
     """Resolve and classify every half record of every queue in ``messages``.
+
+    Runs the few Spark jobs that settle per-queue state (start offsets, stop offsets,
+    safe offsets); the record-level results stay lazy frames.
 
     Args:
         messages: readable records (``SOURCED_MESSAGE``) of the half and op topics, any
@@ -182,37 +196,44 @@ def classify_round(
     op_items = explode_op_items(ops)
 
     bounds = queue_bounds(readable, as_of)
-    starts = queue_starts(start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets))
+    starts = localize(queue_starts(start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets)))
 
     unresolved = unresolved_half(half, resolved_transactions(half, named_offsets(op_items)))
+    # Unresolved records from h0 on: normally a small fraction of the queue. Cached because
+    # the stop offsets are aggregated from them before the statuses are assigned.
     candidates = (
         unresolved.join(F.broadcast(starts.select(*QUEUE_KEY, "h0")), QUEUE_KEY)
         .filter(F.col("queue_offset") >= F.col("h0"))
         .transform(with_round_class, params)
+        .drop("h0")
+        .persist()
     )
     stops = (
         candidates.filter(F.col("round_class") == TOO_YOUNG)
         .groupBy(*QUEUE_KEY)
         .agg(F.min("queue_offset").alias("stop_offset"))
     )
-    with_h1 = starts.join(stops, QUEUE_KEY, how="left").withColumn(
-        "h1", F.coalesce(F.col("stop_offset"), F.col("half_end"))
+    with_h1 = localize(
+        starts.join(stops, QUEUE_KEY, how="left").withColumn(
+            "h1", F.coalesce(F.col("stop_offset"), F.col("half_end"))
+        )
     )
     status = _status(F.col("h1"), F.col("stop_offset"))
     pending = (
-        candidates.drop("h0")
-        .join(F.broadcast(with_h1.select(*QUEUE_KEY, "h1", "stop_offset")), QUEUE_KEY)
+        candidates.join(F.broadcast(with_h1.select(*QUEUE_KEY, "h1", "stop_offset")), QUEUE_KEY)
         .withColumn("status", status)
         .withColumn("counter_after", counter_after(F.col("status")))
         .drop("h1", "stop_offset", "round_class")
     )
 
-    status_counts = pending.groupBy(*QUEUE_KEY).pivot("status", [c for c in CLASSES if c != RESOLVED]).count()
-    first_put_back = pending.filter(F.col("status").isin(CHECK, IMMUNE)).groupBy(*QUEUE_KEY).agg(
-        F.min("queue_offset").alias("first_put_back")
+    per_status = pending.groupBy(*QUEUE_KEY).agg(
+        *[F.count(F.when(F.col("status") == name, 1)).alias(name) for name in CLASSES if name != RESOLVED],
+        F.min(F.when(F.col("status").isin(CHECK, IMMUNE), F.col("queue_offset"))).alias("first_put_back"),
     )
-    with_safe = with_h1.join(first_put_back, QUEUE_KEY, how="left").withColumn(
-        "h_safe", F.least(F.col("h1"), F.col("first_put_back"))
+    with_safe = localize(
+        with_h1.join(per_status, QUEUE_KEY, how="left").withColumn(
+            "h_safe", F.least(F.col("h1"), F.col("first_put_back"))
+        )
     )
     in_window = (
         half.select(*QUEUE_KEY, "queue_offset")
@@ -233,10 +254,8 @@ def classify_round(
     for part in bad_parts[1:]:
         bad_records = bad_records.unionByName(part)
 
-    queues = (
-        with_safe.join(_op_offsets(ops, op_items, with_safe), QUEUE_KEY, how="left")
-        .join(status_counts, QUEUE_KEY, how="left")
-        .join(in_window, QUEUE_KEY, how="left")
+    queues = with_safe.join(_op_offsets(ops, op_items, with_safe), QUEUE_KEY, how="left").join(
+        in_window, QUEUE_KEY, how="left"
     )
     # Bad records and reader notes of queues outside the domain (e.g. a queue whose only
     # record is unreadable, or a corrupt commit-log region with no queue) still get a
@@ -263,7 +282,7 @@ def classify_round(
             F.coalesce(F.col("queue_notes"), F.array().cast("array<string>")),
         ).alias("warnings"),
     )
-    return RoundState(pending=pending, queues=queues, bad_records=bad_records, params=params)
+    return RoundState(pending=pending, queues=localize(queues), bad_records=bad_records, params=params)
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:

@@ -1,0 +1,44 @@
+# rmq-txn-reconcile: `make run` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SAMPLE_STORE ?= sample/broker-a
+SAMPLE_OUTPUT ?= sample/output
+SAMPLE_TRANSACTIONS ?= 3000
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
+
+.DEFAULT_GOAL := help
+.PHONY: help run test lint format clean
+
+help: ## Show the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## Create .venv and install the project with its dev tools
+
+$(SAMPLE_STORE)/commitlog: | $(STAMP)
+	$(BIN)/python -m jobs.simulate --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
+
+run: $(STAMP) $(SAMPLE_STORE)/commitlog ## Simulate a sample broker store (once), reconcile it, print the summary
+	$(BIN)/python -m jobs.reconcile --store $(SAMPLE_STORE) --as-of latest --output $(SAMPLE_OUTPUT)
+
+test: $(STAMP) ## Run the test suite
+	$(BIN)/python -m pytest
+
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP) ## Apply ruff's formatting and safe fixes
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean: ## Remove the sample store and outputs (keeps .venv)
+	rm -rf sample

@@ -1,0 +1,138 @@
+"""The command line of spec section 9: exit codes, messages, the six tables, reruns, --as-of."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from jobs.reconcile import main
+from schemas.outputs import TABLE_SCHEMAS
+from tests.jobs.segments import AS_OF, NEWEST_STORE_MS, write_json_segments, write_parquet_segments
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def read_table(root: Path, table: str):
+    path = str(root / table)
+    return DeltaTable(path).to_pyarrow_table(filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem()))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real command line in a child process (error paths stop before Spark starts)."""
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.reconcile", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_missing_input_is_exit_2_with_one_line_and_no_output(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = run_cli("--half", str(tmp_path / "nope"), "--op", str(tmp_path / "nope"), "--format", "parquet",
+                     "--broker", "b", "--output", str(output))
+    assert_one_line_error(result, str(tmp_path / "nope"), "not found")
+    assert not output.exists()
+
+
+def test_malformed_offsets_file_is_exit_2(tmp_path: Path) -> None:
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    offsets.write_text('{"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {0: "x"}}}')
+    output = tmp_path / "out"
+    result = run_cli("--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
+                     "--broker", "b", "--output", str(output))
+    assert_one_line_error(result, str(offsets))
+    assert not output.exists()
+
+
+def test_unknown_flag_is_exit_2(tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    result = run_cli("--store", str(tmp_path), "--output", str(output), "--frobnicate")
+    assert_one_line_error(result, "--frobnicate")
+    assert not output.exists()
+
+
+def test_not_a_store_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = run_cli("--store", str(tmp_path / "empty"), "--output", str(tmp_path / "out"))
+    assert_one_line_error(result, str(tmp_path / "empty"))
+    assert not (tmp_path / "out").exists()
+
+
+def _segment_args(tmp_path: Path, output: Path) -> list[str]:
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    return ["--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
+            "--broker", "b", "--output", str(output)]
+
+
+def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "out"
+    args = [*_segment_args(tmp_path, output), "--as-of", str(AS_OF), "--run-id", "run-1"]
+
+    assert main(args, spark=spark) == 0
+    assert main(args, spark=spark) == 0
+    assert main([*args[:-1], "run-2"], spark=spark) == 0
+
+    for table, schema in TABLE_SCHEMAS.items():
+        data = read_table(output, table)
+        assert data.column_names == schema.fieldNames(), table
+        runs = data.column("run_id").to_pylist()
+        assert runs.count("run-1") == runs.count("run-2"), table
+    pending = read_table(output, "pending").to_pylist()
+    run_1 = sorted((row["half_offset"], row["status"], row["check_times"]) for row in pending if row["run_id"] == "run-1")
+    # 0 and 1 are resolved by the ops; 2 reached the max; 3 is too young and stops the round.
+    assert run_1 == [(2, "discard_check_max", 15), (3, "too_young", None)]
+    offsets = {(r["topic"], r["run_id"]): (r["offset_before"], r["offset_after"], r["offset_safe"])
+               for r in read_table(output, "consume_offsets").to_pylist()}
+    assert offsets[("RMQ_SYS_TRANS_HALF_TOPIC", "run-1")] == (0, 3, 3)
+    assert offsets[("RMQ_SYS_TRANS_OP_HALF_TOPIC", "run-1")] == (0, 2, 2)
+    assert len(offsets) == 4
+    fragment = (output / "offset_fragments" / "b" / "consumerOffset.json").read_text()
+    assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in fragment and "0:3" in fragment
+    assert "discard_check_max=1" in capsys.readouterr().out
+
+
+def test_as_of_latest_is_one_ms_after_the_newest_record(spark: SparkSession, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    assert main([*_segment_args(tmp_path, output), "--as-of", "latest"], spark=spark) == 0
+    summary = read_table(output, "run_summary").to_pylist()
+    assert {row["as_of_ms"] for row in summary} == {NEWEST_STORE_MS + 1}
+    assert all(row["run_id"].startswith(f"r{NEWEST_STORE_MS + 1}-") for row in summary)
+
+
+def test_json_segments_give_the_same_round_as_parquet(spark: SparkSession, tmp_path: Path) -> None:
+    half, op = write_json_segments(tmp_path / "json")
+    output = tmp_path / "out"
+    args = ["--half", str(half), "--op", str(op), "--format", "json", "--broker", "b", "--output", str(output),
+            "--as-of", str(AS_OF), "--run-id", "json"]
+    assert main(args, spark=spark) == 0
+    pending = sorted((r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist())
+    assert pending == [(2, "discard_check_max"), (3, "too_young")]
+
+
+def test_strict_fails_with_exit_1_and_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    output = tmp_path / "out"
+    args = _segment_args(tmp_path, output)
+    op_path = Path(args[args.index("--op") + 1])
+    table = pq.read_table(op_path)
+    bodies = table.column("body").to_pylist()
+    bodies[0] = b"x"
+    pq.write_table(table.set_column(table.schema.get_field_index("body"), "body", [bodies]), op_path)
+    assert main([*args, "--as-of", str(AS_OF), "--strict"], spark=spark) == 1
+    assert not output.exists()
