@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format clean
+.PHONY: help run test lint format clean package venv
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -40,5 +40,9 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+package: $(STAMP) ## Build dist/ (zip + entry script) for spark-submit and print the command
+	rm -rf dist
+	$(BIN)/python -m jobs.package dist
+
 clean: ## Remove the sample store and outputs (keeps .venv)
-	rm -rf sample
+	rm -rf sample dist

@@ -1,0 +1,50 @@
+"""Build what a cluster needs for spark-submit, and print the command line.
+
+``python -m jobs.package DIST`` writes ``DIST/rmq_txn_reconcile.zip`` (the packages
+``jobs``, ``transforms``, ``schemas``, ``connectors`` and ``conf/``) and
+``DIST/reconcile.py`` (the entry script), then prints the ``spark-submit`` command.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("jobs", "transforms", "schemas", "connectors")
+ZIP_NAME = "rmq_txn_reconcile.zip"
+ENTRY_NAME = "reconcile.py"
+
+
+def build(dist: Path) -> tuple[Path, Path]:
+    dist.mkdir(parents=True, exist_ok=True)
+    archive = dist / ZIP_NAME
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        for package in PACKAGES:
+            for path in sorted((ROOT / package).rglob("*.py")):
+                out.write(path, path.relative_to(ROOT).as_posix())
+        for path in sorted((ROOT / "conf").iterdir()):
+            out.write(path, f"conf/{path.name}")
+    entry = dist / ENTRY_NAME
+    shutil.copyfile(ROOT / "jobs" / "reconcile.py", entry)
+    return archive, entry
+
+
+def command(archive: Path, entry: Path, master: str = "local[2]") -> list[str]:
+    return ["spark-submit", "--master", master, "--py-files", str(archive), str(entry)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    dist = Path(args[0] if args else "dist").resolve()
+    archive, entry = build(dist)
+    print(f"built {archive} and {entry}")
+    print("run it with (add the job's arguments; on a cluster use --master yarn or k8s://...):")
+    print(" ".join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""`make package` output runs under spark-submit from a directory outside the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from jobs.package import build, command
+from tests.jobs.segments import AS_OF, write_parquet_segments
+from tests.jobs.test_cli import read_table
+
+
+def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Path) -> None:
+    archive, entry = build(tmp_path / "dist")
+    names = set(zipfile.ZipFile(archive).namelist())
+    assert {"jobs/reconcile.py", "transforms/round.py", "schemas/outputs.py", "connectors/delta.py",
+            "connectors/rocketmq/reader.py", "conf/default.toml"} <= names
+
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    output = tmp_path / "out"
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    argv = command(archive, entry, master="local[1]")
+    argv[0] = str(spark_submit)
+    argv += ["--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
+             "--broker", "b", "--output", str(output), "--as-of", str(AS_OF), "--run-id", "submitted"]
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    result = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "discard_check_max=1" in result.stdout
+    pending = sorted((r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist())
+    assert pending == [(2, "discard_check_max"), (3, "too_young")]
