@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format clean package venv
+.PHONY: help run test test-airflow report lint format clean package venv
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -28,9 +28,16 @@ $(SAMPLE_STORE)/commitlog: | $(STAMP)
 
 run: $(STAMP) $(SAMPLE_STORE)/commitlog ## Simulate a sample broker store (once), reconcile it, print the summary
 	$(BIN)/python -m jobs.reconcile --store $(SAMPLE_STORE) --as-of latest --output $(SAMPLE_OUTPUT)
+	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest
+
+test-airflow: ## Airflow DAG test in its own venv (~/.cache/rmq-txn-reconcile/venv-airflow)
+	bash tests/airflow/run.sh
+
+report: $(STAMP) ## Write the HTML report of the newest run in $(SAMPLE_OUTPUT) and print its path
+	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check .

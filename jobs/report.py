@@ -901,7 +901,12 @@ def render_html(run: RunTables) -> str:
             check_count_distribution(run),
             "TRANSACTION_CHECK_TIMES after this round; discards happen at the check_max setting.",
         ),
-        ("Discards by reason over time", discards_over_time(run) + discards_over_runs(run), ""),
+        (
+            "Discards by reason over time",
+            discards_over_time(run) + discards_over_runs(run),
+            "Upper: this run's discards by the born time of the half message. "
+            f"Lower: discards per run over the last {HISTORY_RUNS} runs (x: the run's as-of time).",
+        ),
         (
             "Consume offsets per broker and queue",
             offsets_lanes("offsets-lag", "Consume offsets", lanes),

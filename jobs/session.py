@@ -16,6 +16,7 @@ def build_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
     verbose: bool = False,
+    adaptive: bool = True,
 ) -> SparkSession:
     """Return a session configured for this job (UTC, no UI in local mode, quiet logs).
 
@@ -31,9 +32,14 @@ def build_session(
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Notebooks run many rounds in one session: keep the UI's query history small.
+        .config("spark.sql.ui.retainedExecutions", "20")
     )
     if master and master.startswith("local"):
         builder = builder.config("spark.ui.enabled", "false")
+    if not adaptive:
+        # Tests: tiny frames, where adaptive execution only adds a Spark job per stage.
+        builder = builder.config("spark.sql.adaptive.enabled", "false")
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if not verbose and _LOG4J.exists():

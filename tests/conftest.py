@@ -22,6 +22,10 @@ def spark() -> Iterator[SparkSession]:
         return
     from jobs.session import build_session
 
-    session = build_session(app_name="rmq-txn-reconcile-tests", master="local[2]", shuffle_partitions=4)
+    # Adaptive execution off: results do not depend on it, and on tiny frames it costs a
+    # Spark job per stage (96 instead of 37 jobs for a small round).
+    session = build_session(
+        app_name="rmq-txn-reconcile-tests", master="local[2]", shuffle_partitions=2, adaptive=False
+    )
     yield session
     session.stop()

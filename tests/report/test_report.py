@@ -1,0 +1,373 @@
+"""The HTML audit report: built from Delta tables of a small synthetic run, rendered in Chromium.
+
+The tables are written with deltalake from Arrow schemas derived from schemas/outputs.py,
+so no Spark session is needed. The browser checks use Debian's ``chromium`` headless:
+``--dump-dom`` (the DOM after scripts ran) and ``--screenshot`` (a PNG that must not be blank).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from jobs import report
+from schemas.outputs import (
+    BAD_RECORDS,
+    CHECK,
+    CHECK_REQUESTS,
+    CONSUME_OFFSETS,
+    DISCARD_CHECK_MAX,
+    DISCARD_EXPIRED,
+    DISCARDS,
+    IMMUNE,
+    NOT_REACHED,
+    PENDING,
+    RUN_SUMMARY,
+    TABLE_SCHEMAS,
+    TOO_YOUNG,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+GROUP = "CID_RMQ_SYS_TRANS"
+OLD_RUN, NEW_RUN = "run-2026-01-01T00-00", "run-2026-01-01T00-15"
+OLD_AS_OF, NEW_AS_OF = 1_767_225_600_000, 1_767_226_500_000
+HOUR = 3_600_000
+SCREENSHOT = Path(
+    os.environ.get("RMQ_REPORT_SCREENSHOT", Path(tempfile.gettempdir()) / "rmq-report.png")
+)
+
+
+def _write(out: Path, table: str, schema, rows: list[dict]) -> None:
+    arrow_schema = to_arrow_schema(schema)
+    data = pa.Table.from_pylist(rows, schema=arrow_schema)
+    write_deltalake(str(out / table), data, partition_by=["run_id"], mode="append")
+
+
+def _half_row(
+    rng: random.Random, broker: str, offset: int, as_of: int, age_ms: int, counter
+) -> dict:
+    group = rng.choice(["PG_orders", "PG_payments", "PG_inventory", "PG_shipping"])
+    topic = {"PG_orders": "orders", "PG_payments": "payments"}.get(
+        group, rng.choice(["stock", "parcels"])
+    )
+    born = as_of - age_ms
+    return {
+        "broker": broker,
+        "queue_id": 0,
+        "half_offset": offset,
+        "commitlog_offset": 1000 * offset,
+        "offset_msg_id": f"7F00000100002A9F{1000 * offset:016X}",
+        "uniq_key": f"{broker}-{offset:06d}",
+        "producer_group": group,
+        "real_topic": topic,
+        "real_queue_id": rng.randrange(4),
+        "born_timestamp_ms": born,
+        "store_timestamp_ms": born + 3,
+        "age_ms": age_ms,
+        "check_times": counter,
+        "immunity_ms": 6000,
+    }
+
+
+def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict[str, int]:
+    """One run over two brokers; returns how many rows of each kind were written."""
+    rng = random.Random(seed)
+    pending, checks, discards = [], [], []
+    summary, offsets = [], []
+    for broker in ("broker-a", "broker-b"):
+        h0, offset = 100, 100
+        counts = dict.fromkeys(
+            ("resolved", CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED, TOO_YOUNG, NOT_REACHED),
+            0,
+        )
+        statuses = (
+            [DISCARD_EXPIRED] * 2
+            + [DISCARD_CHECK_MAX] * 3
+            + [CHECK] * 40
+            + [IMMUNE] * 5
+            + ["resolved"] * 30
+        )
+        rng.shuffle(statuses)
+        for status in statuses:
+            if status == "resolved":
+                counts["resolved"] += 1
+                offset += 1
+                continue
+            if status == DISCARD_EXPIRED:
+                age = 72 * HOUR + rng.randrange(1, 5 * HOUR)
+            elif status == IMMUNE:
+                age = rng.randrange(1000, 50_000)
+            else:
+                age = rng.choice(
+                    [
+                        rng.randrange(6_000, 60_000),
+                        rng.randrange(60_000, 3 * HOUR),
+                        rng.randrange(3 * HOUR, 60 * HOUR),
+                    ]
+                )
+            counter = 15 if status == DISCARD_CHECK_MAX else rng.choice([None, 1, 2, 3, 5, 8, 14])
+            if status != DISCARD_CHECK_MAX:
+                counter = (counter or 0) + 1
+            row = _half_row(rng, broker, offset, as_of, age, counter)
+            pending.append({**row, "status": status, "run_id": run_id, "as_of_ms": as_of})
+            if status == CHECK:
+                checks.append({**row, "run_id": run_id, "as_of_ms": as_of})
+            if status in (DISCARD_CHECK_MAX, DISCARD_EXPIRED):
+                reason = "check_max" if status == DISCARD_CHECK_MAX else "expired"
+                discards.append({**row, "reason": reason, "run_id": run_id, "as_of_ms": as_of})
+            counts[status] += 1
+            offset += 1
+        h1 = offset
+        pending.append(
+            {
+                **_half_row(rng, broker, offset, as_of, 2_000, None),
+                "status": TOO_YOUNG,
+                "run_id": run_id,
+                "as_of_ms": as_of,
+            }
+        )
+        counts[TOO_YOUNG] += 1
+        for extra in range(1, 4):  # behind the stop: put-back copies keep their old born time
+            pending.append(
+                {
+                    **_half_row(rng, broker, offset + extra, as_of, 90_000, 1),
+                    "status": NOT_REACHED,
+                    "run_id": run_id,
+                    "as_of_ms": as_of,
+                }
+            )
+            counts[NOT_REACHED] += 1
+        h_safe = min(
+            r["half_offset"]
+            for r in pending
+            if r["broker"] == broker and r["status"] in (CHECK, IMMUNE)
+        )
+        p0, p1, p_safe = 40, 70, 52
+        summary.append({
+            "broker": broker, "queue_id": 0, "h0": h0, "h1": h1, "h_safe": h_safe,
+            "p0": p0, "p1": p1, "p_safe": p_safe, **{k: int(v) for k, v in counts.items()},
+            "bad_records": 2 if broker == "broker-b" else 0,
+            "warnings": ["committed half offset 90 below the smallest available 100: started at 100"]
+            if broker == "broker-a" else [],
+            "written_at_ms": written_at, "duration_ms": 41_250, "run_id": run_id, "as_of_ms": as_of,
+        })  # fmt: skip
+        for topic, committed, before, after, safe in (
+            (HALF, 90, h0, h1, h_safe),
+            (OP, p0, p0, p1, p_safe),
+        ):
+            offsets.append({
+                "broker": broker, "topic": topic, "queue_id": 0, "group": GROUP,
+                "offset_committed": committed, "offset_before": before, "offset_after": after,
+                "offset_safe": safe, "run_id": run_id, "as_of_ms": as_of,
+            })  # fmt: skip
+    bad = [
+        {"broker": "broker-b", "source": "commitlog/00000000000000000000", "position": 4096 * i,
+         "topic": HALF if i else None, "queue_id": 0 if i else None, "queue_offset": 150 if i else None,
+         "reason": "unparsable TRANSACTION_CHECK_TIMES" if i else "bad magic code",
+         "raw_hex": "deadbeef", "run_id": run_id, "as_of_ms": as_of}
+        for i in range(2)
+    ]  # fmt: skip
+    _write(out, "pending", PENDING, pending)
+    _write(out, "check_requests", CHECK_REQUESTS, checks)
+    _write(out, "discards", DISCARDS, discards)
+    _write(out, "run_summary", RUN_SUMMARY, summary)
+    _write(out, "consume_offsets", CONSUME_OFFSETS, offsets)
+    _write(out, "bad_records", BAD_RECORDS, bad)
+    return {"pending": len(pending), "discards": len(discards), "checks": len(checks)}
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory) -> tuple[Path, dict[str, int]]:
+    out = tmp_path_factory.mktemp("out")
+    _run(out, OLD_RUN, OLD_AS_OF, OLD_AS_OF + 60_000, seed=1)
+    counts = _run(out, NEW_RUN, NEW_AS_OF, NEW_AS_OF + 60_000, seed=2)
+    assert set(TABLE_SCHEMAS) == {p.name for p in out.iterdir()}
+    return out, counts
+
+
+def test_default_run_is_the_newest_and_the_path_is_printed(output, tmp_path, capsys) -> None:
+    out, counts = output
+    page = tmp_path / "report.html"
+
+    assert report.main(["--output", str(out), "--html", str(page)]) == 0
+
+    assert capsys.readouterr().out.strip() == str(page)
+    text = page.read_text()
+    assert f'data-run-id="{NEW_RUN}"' in text
+    assert (
+        f'id="plot-pending-status-age" data-plot="pending-status-age" data-rows="{counts["pending"]}"'
+        in text
+    )
+
+
+def test_run_id_selects_an_older_run_and_default_path_is_under_output(output) -> None:
+    out, _ = output
+
+    path = report.write_report(out, OLD_RUN)
+
+    assert path == out / "reports" / f"{OLD_RUN}.html"
+    assert f'data-run-id="{OLD_RUN}"' in path.read_text()
+
+
+def test_unknown_run_or_output_is_a_clean_error(output, tmp_path, capsys) -> None:
+    out, _ = output
+
+    assert report.main(["--output", str(out), "--run-id", "nope"]) == 2
+    assert report.main(["--output", str(tmp_path / "missing")]) == 2
+
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+
+
+def test_a_run_with_nothing_pending_still_has_every_plot(tmp_path) -> None:
+    out = tmp_path / "out"
+    for table, schema in TABLE_SCHEMAS.items():
+        _write(out, table, schema, [])
+    _write(out, "run_summary", RUN_SUMMARY, [{
+        "broker": "b", "queue_id": 0, "h0": 0, "h1": 0, "h_safe": 0, "p0": 0, "p1": 0, "p_safe": 0,
+        "resolved": 0, "check": 0, "immune": 0, "discard_check_max": 0, "discard_expired": 0,
+        "too_young": 0, "not_reached": 0, "bad_records": 0, "warnings": [], "written_at_ms": 1,
+        "duration_ms": 1, "run_id": "empty", "as_of_ms": 0,
+    }])  # fmt: skip
+
+    text = report.write_report(out).read_text()
+
+    assert all(f'id="plot-{name}"' in text for name in report.PLOTS)
+
+
+# --- in a real browser ------------------------------------------------------------------------
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):  # the project's machines are Debian, as root
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, timeout=300, **quiet)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"], check=False, timeout=600, **quiet
+        )
+        return shutil.which("chromium")
+    return None
+
+
+def _browse(browser: str, page: Path, *mode: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
+             f"--user-data-dir={profile}", "--window-size=1280,2400", *mode, page.as_uri()],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA non-interlaced PNG into rows of pixel bytes (zlib only)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    position, idat = 8, b""
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        chunk = data[position + 8 : position + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
+            assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+            channels = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += chunk
+        position += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for x in range(stride):
+            a = line[x - channels] if x >= channels else 0
+            b = previous[x]
+            c = previous[x - channels] if x >= channels else 0
+            if kind == 1:
+                line[x] = (line[x] + a) & 0xFF
+            elif kind == 2:
+                line[x] = (line[x] + b) & 0xFF
+            elif kind == 3:
+                line[x] = (line[x] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa_, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (
+                    line[x] + (a if pa_ <= pb and pa_ <= pc else b if pb <= pc else c)
+                ) & 0xFF
+        rows.append(
+            bytes(line) if channels == 3 else bytes(v for i, v in enumerate(line) if i % 4 != 3)
+        )
+        previous = line
+    return width, height, rows
+
+
+@pytest.fixture(scope="module")
+def browser() -> str:
+    found = _chromium()
+    if not found:
+        pytest.skip("chromium is not installed and cannot be (apt-get install chromium failed)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def page(output, tmp_path_factory) -> Path:
+    out, _ = output
+    return report.write_report(out, html_path=tmp_path_factory.mktemp("page") / "report.html")
+
+
+def test_page_loads_in_chromium_with_every_plot(browser, page) -> None:
+    done = _browse(browser, page, "--dump-dom")
+
+    dom = done.stdout
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert 'data-report-ok="true"' in dom, "the inline script did not finish: a script error?"
+    assert f'data-plots-rendered="{len(report.PLOTS)}"' in dom
+    for name in report.PLOTS:
+        match = re.search(rf'<svg id="plot-{name}" data-plot="{name}" data-rows="(\d+)"', dom)
+        assert match, f"plot {name} missing"
+        assert int(match.group(1)) > 0, f"plot {name} is empty"
+    for name in report.TABLES:
+        assert re.search(rf'id="table-{name}" data-table="{name}" data-rows="[1-9]', dom), name
+    assert "http://" not in dom.replace("http://www.w3.org/2000/svg", ""), (
+        "the page fetches something"
+    )
+
+
+def test_screenshot_is_not_blank(browser, page) -> None:
+    SCREENSHOT.unlink(missing_ok=True)
+
+    done = _browse(browser, page, f"--screenshot={SCREENSHOT}")
+
+    assert done.returncode == 0 and SCREENSHOT.exists(), done.stderr[-2000:]
+    width, height, rows = png_pixels(SCREENSHOT.read_bytes())
+    assert (width, height) == (1280, 2400)
+    sample = [row[x : x + 3] for row in rows[::8] for x in range(0, len(row), 3 * 8)]
+    colours = set(sample)
+    inked = sum(pixel != b"\xff\xff\xff" for pixel in sample) / len(sample)
+    assert len(colours) > 8, f"only {len(colours)} colours: a blank page?"
+    assert inked > 0.02, f"only {inked:.1%} of the page is not white"
+    print(
+        f"\nscreenshot: {SCREENSHOT} ({len(colours)} colours, {inked:.1%} inked)", file=sys.stderr
+    )
