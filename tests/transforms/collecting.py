@@ -1,0 +1,49 @@
+"""Collect all six output tables of a round with a single Spark action.
+
+Every output table of ``reconcile`` derives from the same joins; collecting them one by
+one recomputes those joins six times. Here each table becomes ``(table, json)`` rows and the
+six are unioned, so one query runs, and Spark can reuse the shared shuffles
+(``ReuseExchange``) across the union's branches. The tests only ever compare small outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from transforms.round import RoundOutputs
+
+TABLES = ("check_requests", "discards", "pending", "consume_offsets", "run_summary", "bad_records")
+
+
+def collect_outputs(out: RoundOutputs) -> dict[str, list[dict[str, Any]]]:
+    """Table name -> rows as dicts (every column present, nulls as ``None``)."""
+    frames = [
+        getattr(out, table).select(
+            F.lit(table).alias("table"),
+            F.to_json(F.struct("*"), {"ignoreNullFields": "false"}).alias("row"),
+        )
+        for table in TABLES
+    ]
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    rows: dict[str, list[dict[str, Any]]] = {table: [] for table in TABLES}
+    for row in union.collect():
+        rows[row.table].append(json.loads(row.row))
+    return rows
+
+
+def local_outputs(spark: SparkSession, out: RoundOutputs) -> dict[str, DataFrame]:
+    """The outputs, computed once, as small local DataFrames with the outputs' own schemas
+    (binary columns, absent unless bodies are asked for, are not supported)."""
+    collected = collect_outputs(out)
+    local = {}
+    for table in TABLES:
+        schema = getattr(out, table).schema
+        rows = [tuple(row[name] for name in schema.fieldNames()) for row in collected[table]]
+        local[table] = spark.createDataFrame(rows, schema)
+    return local
