@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+# Its own kernel and JVM: about 3 minutes here, so it runs as `make test-notebook`
+# (called by .ci/run), not inside `make test`.
+pytestmark = pytest.mark.notebook
+
 nbformat = pytest.importorskip("nbformat", reason="dev extra missing: pip install -e '.[dev]'")
 nbclient = pytest.importorskip("nbclient", reason="dev extra missing: pip install -e '.[dev]'")
 pytest.importorskip("ipykernel", reason="dev extra missing: pip install -e '.[dev]'")
