@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from pathlib import Path
 
 import lz4.frame
 import numpy as np
@@ -20,8 +19,9 @@ from hypothesis import strategies as st
 
 from connectors.rocketmq import codec
 from tests.connectors import reference
+from tests.fixtures import REAL_COMMITLOG
 
-FIXTURE = Path("/work/shared/fixtures/real-commitlog/00000000000000000000")
+FIXTURE = REAL_COMMITLOG
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 

@@ -33,8 +33,9 @@ from connectors.rocketmq.writer import StoreWriter
 from schemas.messages import COMMITTED_OFFSET, SOURCED_MESSAGE
 from schemas.outputs import BAD_RECORD
 from tests.connectors import reference
+from tests.fixtures import REAL_COMMITLOG
 
-FIXTURE = Path("/work/shared/fixtures/real-commitlog/00000000000000000000")
+FIXTURE = REAL_COMMITLOG
 HALF, OP = reference.HALF, reference.OP
 
 

@@ -13,8 +13,9 @@ import pytest
 from connectors.rocketmq import codec
 from connectors.rocketmq.writer import StoreWriter
 from tests.connectors import reference
+from tests.fixtures import REAL_COMMITLOG
 
-FIXTURE = Path("/work/shared/fixtures/real-commitlog/00000000000000000000")
+FIXTURE = REAL_COMMITLOG
 
 
 def _fixture_table() -> pa.Table:
