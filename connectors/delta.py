@@ -17,6 +17,7 @@ schemas of ``schemas.outputs``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -103,10 +104,8 @@ class DeltaRsOutput:
             existing = DeltaTable(str(path))
         except TableNotFoundError:
             path.mkdir(parents=True, exist_ok=True)
-            try:
+            with contextlib.suppress(CommitFailedError):  # a concurrent run created it first
                 DeltaTable.create(str(path), arrow, mode="ignore", partition_by=[PARTITION_COLUMN])
-            except CommitFailedError:
-                pass  # a concurrent run created it first
             return
         present = {field.name for field in pa.schema(existing.schema().to_arrow())}
         missing = [field for field in arrow if field.name not in present]

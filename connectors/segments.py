@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from connectors.errors import InputError
 from schemas.messages import HALF_TOPIC, MESSAGE, OP_TOPIC, SOURCED_MESSAGE

@@ -160,7 +160,7 @@ def validate_arguments(args: argparse.Namespace) -> None:
     from connectors.rocketmq.offsets_file import read_consumer_offsets
 
     segments = [args.half, args.op, args.format, args.broker]
-    if args.store and any(value is not None for value in segments + [args.offsets]):
+    if args.store and any(value is not None for value in [*segments, args.offsets]):
         raise InputError("use either --store or --half/--op/--format/--broker, not both")
     if not args.store:
         if any(value is None for value in segments):

@@ -35,13 +35,26 @@ from schemas.outputs import (
     RUN_SUMMARY,
     TOO_YOUNG,
     half_row_schema,
-    with_run_columns,
 )
 from transforms.bad_records import duplicate_records, unparsable_op_items, unparsable_properties
 from transforms.classify import counter_after, with_round_class
-from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, offset_msg_id, stored_before, with_half_fields
+from transforms.messages import (
+    QUEUE_KEY,
+    is_half,
+    is_op,
+    mark_duplicates,
+    offset_msg_id,
+    stored_before,
+    with_half_fields,
+)
 from transforms.offsets import queue_bounds, queue_domain, queue_starts, start_offsets
-from transforms.ops import OP_OFFSET, explode_op_items, largest_named_offset, named_offsets, unparsable_items
+from transforms.ops import (
+    OP_OFFSET,
+    explode_op_items,
+    largest_named_offset,
+    named_offsets,
+    unparsable_items,
+)
 from transforms.params import RoundParams
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
