@@ -58,6 +58,8 @@ from transforms.ops import (
 from transforms.params import RoundParams
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
+_UNKNOWN_QUEUE = -1
+
 NOTE = T.StructType(
     [
         T.StructField("broker", T.StringType()),
@@ -262,7 +264,8 @@ def classify_round(
         unparsable_properties(half),
     ]
     if bad_input is not None:
-        bad_parts.insert(0, bad_input.select(*BAD_RECORD.fieldNames()))
+        # Readers may write hex in either case; the round writes upper case.
+        bad_parts.insert(0, bad_input.select(*BAD_RECORD.fieldNames()).withColumn("raw_hex", F.upper("raw_hex")))
     bad_records = bad_parts[0]
     for part in bad_parts[1:]:
         bad_records = bad_records.unionByName(part)
@@ -273,12 +276,24 @@ def classify_round(
     # Bad records and reader notes of queues outside the domain (e.g. a queue whose only
     # record is unreadable, or a corrupt commit-log region with no queue) still get a
     # summary row: nothing is dropped silently.
-    bad_counts = bad_records.groupBy(*QUEUE_KEY).agg(F.count(F.lit(1)).alias("bad_records"))
+    # A null queue id (unknown queue) would never match in a join: stand it in by -1
+    # (no real queue id is negative) so that one row carries both counts and notes.
+    unknown_as_sentinel = F.coalesce(F.col("queue_id"), F.lit(_UNKNOWN_QUEUE)).alias("queue_id")
+    bad_counts = (
+        bad_records.select("broker", unknown_as_sentinel)
+        .groupBy(*QUEUE_KEY)
+        .agg(F.count(F.lit(1)).alias("bad_records"))
+    )
     note_rows = notes if notes is not None else _empty_like(messages, NOTE)
-    queues = queues.join(bad_counts, QUEUE_KEY, how="full").join(
-        note_rows.groupBy(*QUEUE_KEY).agg(F.array_sort(F.collect_list("warning")).alias("queue_notes")),
-        QUEUE_KEY,
-        how="full",
+    queue_notes = (
+        note_rows.select("broker", unknown_as_sentinel, "warning")
+        .groupBy(*QUEUE_KEY)
+        .agg(F.array_sort(F.collect_list("warning")).alias("queue_notes"))
+    )
+    queues = (
+        queues.join(bad_counts, QUEUE_KEY, how="full")
+        .join(queue_notes, QUEUE_KEY, how="full")
+        .withColumn("queue_id", F.when(F.col("queue_id") != _UNKNOWN_QUEUE, F.col("queue_id")))
     )
     counts = {name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in CLASSES if name != RESOLVED}
     resolved = F.coalesce(F.col("in_window"), F.lit(0)) - sum(

@@ -70,8 +70,11 @@ def parse_consumer_offsets(text: str, source: str = "consumerOffset.json") -> Of
                 raise InputError(f"{source}: queue id '{queue_key}' of '{topic_group}' is not an integer") from None
             if isinstance(offset, bool) or not isinstance(offset, int):
                 raise InputError(f"{source}: offset of '{topic_group}' queue {queue_id} is not an integer: {offset!r}")
-            if offset < 0 or queue_id < 0:
-                raise InputError(f"{source}: negative offset or queue id in '{topic_group}' queue {queue_id}: {offset}")
+            if not (0 <= offset < 2**63 and 0 <= queue_id < 2**31):
+                raise InputError(
+                    f"{source}: offset or queue id out of range in '{topic_group}' queue {queue_id}: {offset}"
+                    " (offsets are 0 .. 2^63-1, queue ids 0 .. 2^31-1)"
+                )
             parsed[queue_id] = offset
         table[topic_group] = parsed
     return table

@@ -136,3 +136,27 @@ def test_strict_fails_with_exit_1_and_writes_nothing(spark: SparkSession, tmp_pa
     pq.write_table(table.set_column(table.schema.get_field_index("body"), "body", [bodies]), op_path)
     assert main([*args, "--as-of", str(AS_OF), "--strict"], spark=spark) == 1
     assert not output.exists()
+
+
+def test_conf_file_and_flags_and_include_body(spark: SparkSession, tmp_path: Path) -> None:
+    output = tmp_path / "out"
+    conf = tmp_path / "job.toml"
+    # check_max 2 in the file would discard nothing new; the flag (3) must win over it,
+    # and the file's timeout must apply: 1 s makes record 3 (age 2 s) checkable.
+    conf.write_text("[broker]\ncheck_max = 2\ntransaction_timeout_ms = 1000\n")
+    args = [*_segment_args(tmp_path, output), "--as-of", str(AS_OF), "--run-id", "conf",
+            "--conf", str(conf), "--check-max", "20", "--include-body"]
+    assert main(args, spark=spark) == 0
+    pending = read_table(output, "pending")
+    assert "body" in pending.column_names
+    statuses = sorted((r["half_offset"], r["status"], r["check_times"]) for r in pending.to_pylist())
+    # check_max 20 (flag over file): counter 15 is checked, not discarded; timeout 1000 ms
+    # (file over default): the 2 s old record is checked too.
+    assert statuses == [(2, "check", 16), (3, "check", 1)]
+
+
+def test_bad_conf_file_is_exit_2(tmp_path: Path) -> None:
+    conf = tmp_path / "job.toml"
+    conf.write_text("[broker]\ncheck_max = 'many'\n")
+    result = run_cli("--store", str(tmp_path), "--output", str(tmp_path / "out"), "--conf", str(conf))
+    assert_one_line_error(result, str(conf), "check_max")

@@ -1,0 +1,110 @@
+"""Long fuzz target for the store decoder (outside the default test suite).
+
+Feeds arbitrary bytes to the reader as a commit-log file, a consume-queue file, or both,
+through ``connectors.rocketmq.reader.read_batches`` (the code each Spark task runs), and
+checks that it never raises and that every live consume-queue entry yields its record or a
+bad record. Uses atheris (coverage-guided) when it is installed, else hypothesis with many
+examples.
+
+    .venv/bin/python fuzz/fuzz_reader.py                      # hypothesis, 20 000 examples per target
+    FUZZ_EXAMPLES=200000 .venv/bin/python fuzz/fuzz_reader.py
+    .venv/bin/python fuzz/fuzz_reader.py -atheris_runs=1000000 # with atheris installed
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from connectors.rocketmq.writer import StoreWriter  # noqa: E402
+from tests.connectors.reference import messages_table  # noqa: E402
+from tests.robustness.store import HALF, LOG0, base_rows, half  # noqa: E402
+from tests.robustness.test_fuzz import assert_every_entry_accounted, read_all  # noqa: E402
+
+CQ = Path("consumequeue") / HALF / "0" / "00000000000000000000"
+
+
+def _valid_store() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="fuzz-valid-"))
+    rows = [*base_rows(), half(4, CHECK_IMMUNITY_TIME_IN_SECONDS="60")]
+    rows[1]["sys_flag"] = 0x1
+    with StoreWriter(root, commitlog_file_size=4096, cq_file_entries=64) as writer:
+        writer.append(messages_table(rows))
+    return root
+
+
+VALID = _valid_store()
+atexit.register(shutil.rmtree, VALID, True)
+VALID_LOG = (VALID / LOG0).read_bytes()[:1300]
+VALID_CQ = (VALID / CQ).read_bytes()[:200]
+
+
+def one_input(data: bytes) -> None:
+    """First byte: mode (0 commit log only, walked; 1 consume queue over the valid log;
+    2 both replaced; 3 the valid log with XOR damage), then a 2-byte split point."""
+    if len(data) < 3:
+        return
+    mode, split = data[0] % 4, struct.unpack(">H", data[1:3])[0]
+    payload = data[3:]
+    cut = split % (len(payload) + 1)
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    try:
+        shutil.copytree(VALID, root, dirs_exist_ok=True)
+        cq = VALID_CQ
+        if mode == 0:
+            shutil.rmtree(root / "consumequeue")
+            (root / LOG0).write_bytes(payload)
+        elif mode == 1:
+            cq = payload
+        elif mode == 2:
+            (root / LOG0).write_bytes(payload[:cut])
+            cq = payload[cut:]
+        else:
+            log = bytearray(VALID_LOG)
+            for i in range(0, len(payload) - 2, 3):
+                log[struct.unpack(">H", payload[i : i + 2])[0] % len(log)] ^= payload[i + 2] or 1
+            (root / LOG0).write_bytes(bytes(log))
+        if mode != 0:
+            (root / CQ).write_bytes(cq)
+        rows = read_all(root, verify_crc=bool(split & 1), include_half_body=bool(split & 2))
+        if mode != 0:
+            assert_every_entry_accounted(rows, cq, HALF)
+    finally:
+        shutil.rmtree(root)
+
+
+def main() -> None:
+    try:
+        import atheris
+    except ImportError:
+        atheris = None
+    if atheris is not None:
+        atheris.Setup(sys.argv, one_input)
+        atheris.Fuzz()
+        return
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    examples = int(os.environ.get("FUZZ_EXAMPLES", "20000"))
+
+    @settings(
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(st.binary(min_size=3, max_size=2000))
+    def fuzz(data: bytes) -> None:
+        one_input(data)
+
+    fuzz()
+    print(f"fuzz_reader: {examples} examples, no failure")
+
+
+if __name__ == "__main__":
+    main()
