@@ -281,6 +281,13 @@ def op_items(record: Record) -> tuple[list[int], list[str]]:
 # Half record fields (section 2) with their property problems (section 7).
 
 
+def half_properties(record: Record) -> dict[str, str]:
+    """The record's properties without empty values: "a segment with an empty name or empty
+    value is ignored" (section 2), so an empty value is an absent property, whatever the
+    source."""
+    return {name: value for name, value in (record["properties"] or {}).items() if name and value}
+
+
 @dataclass
 class Half:
     record: Record
@@ -296,7 +303,7 @@ class Half:
 
 
 def decode_half(record: Record, params: RoundParams) -> Half:
-    properties = record["properties"] or {}
+    properties = half_properties(record)
     problems: list[str] = []
 
     def parsed(name: str, parser: Any) -> Any:
@@ -347,7 +354,7 @@ def counter_after(half: Half, status: str) -> int | None:
 
 def half_row(half: Half, params: RoundParams, check_times: int | None) -> dict[str, Any]:
     record = half.record
-    properties = record["properties"] or {}
+    properties = half_properties(record)
     return {
         "broker": record["broker"],
         "queue_id": record["queue_id"],

@@ -26,10 +26,14 @@ _WINNER = "_winner"
 _COPIES = "_copies"
 
 
+_ROW_ID = "_row_id"
+
+
 def _precedence() -> Column:
     """Which of several records with the same queue offset is used: the smallest commit-log
-    offset (spec section 7); source and position only break exact ties."""
-    return F.struct("commitlog_offset", "source", "position")
+    offset (spec section 7); source and position break ties, and a row id breaks the tie
+    between byte-identical copies (the same input read twice)."""
+    return F.struct("commitlog_offset", "source", "position", _ROW_ID)
 
 
 def mark_duplicates(messages: DataFrame) -> DataFrame:
@@ -40,17 +44,20 @@ def mark_duplicates(messages: DataFrame) -> DataFrame:
     Only keys that occur more than once are joined back; that side is normally empty or
     tiny, so adaptive execution broadcasts it instead of shuffling every record.
     """
+    # The row id is evaluated per partition; inputs are cached or deterministic scans, so
+    # both uses of `numbered` below see the same ids.
+    numbered = messages.withColumn(_ROW_ID, F.monotonically_increasing_id())
     contested = (
-        messages.groupBy(*RECORD_KEY)
+        numbered.groupBy(*RECORD_KEY)
         .agg(F.min(_precedence()).alias(_WINNER), F.count(F.lit(1)).alias(_COPIES))
         .filter(F.col(_COPIES) > 1)
         .drop(_COPIES)
     )
     is_loser = F.col(_WINNER).isNotNull() & ~F.col(_WINNER).eqNullSafe(_precedence())
     return (
-        messages.join(contested, RECORD_KEY, how="left")
+        numbered.join(contested, RECORD_KEY, how="left")
         .withColumn("duplicate_of", F.when(is_loser, F.col(f"{_WINNER}.commitlog_offset")))
-        .drop(_WINNER)
+        .drop(_WINNER, _ROW_ID)
     )
 
 

@@ -32,7 +32,8 @@ def explode_op_items(ops: DataFrame) -> DataFrame:
     nothing). The body is decoded as UTF-8; invalid bytes become replacement characters
     and so make the item unparsable rather than silently different.
     """
-    items = F.split(F.decode(F.col("body"), "UTF-8"), OP_ITEM_SEPARATOR)
+    # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
+    items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
     return (
         ops.filter(is_remove_op() & F.col("body").isNotNull())
         .select(

@@ -85,13 +85,16 @@ class RoundState:
     queues: DataFrame
     bad_records: DataFrame
     params: RoundParams
+    cached: tuple[DataFrame, ...] = ()  # frames the round itself cached
 
     def persist(self) -> RoundState:
         """Materialise the shared record-level state once (a job writes six tables from it)."""
-        return RoundState(self.pending.persist(), self.queues, self.bad_records.persist(), self.params)
+        return RoundState(
+            self.pending.persist(), self.queues, self.bad_records.persist(), self.params, self.cached
+        )
 
     def unpersist(self) -> None:
-        for frame in (self.pending, self.queues, self.bad_records):
+        for frame in (self.pending, self.bad_records, *self.cached):
             frame.unpersist()
 
 
@@ -264,8 +267,7 @@ def classify_round(
         unparsable_properties(half),
     ]
     if bad_input is not None:
-        # Readers may write hex in either case; the round writes upper case.
-        bad_parts.insert(0, bad_input.select(*BAD_RECORD.fieldNames()).withColumn("raw_hex", F.upper("raw_hex")))
+        bad_parts.insert(0, bad_input.select(*BAD_RECORD.fieldNames()))
     bad_records = bad_parts[0]
     for part in bad_parts[1:]:
         bad_records = bad_records.unionByName(part)
@@ -310,7 +312,9 @@ def classify_round(
             F.coalesce(F.col("queue_notes"), F.array().cast("array<string>")),
         ).alias("warnings"),
     )
-    return RoundState(pending=pending, queues=localize(queues), bad_records=bad_records, params=params)
+    return RoundState(
+        pending=pending, queues=localize(queues), bad_records=bad_records, params=params, cached=(candidates,)
+    )
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:

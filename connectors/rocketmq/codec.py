@@ -909,7 +909,7 @@ def raw_hex(buf: np.ndarray, position: int, limit: int = 64) -> str:
     """Hex of at most ``limit`` bytes from ``position`` (empty outside the buffer)."""
     if position < 0 or position >= len(buf):
         return ""
-    return bytes(np.asarray(buf[position : position + limit])).hex()
+    return bytes(np.asarray(buf[position : position + limit])).hex().upper()
 
 
 # --- commit log: encoding ---------------------------------------------------------------------------

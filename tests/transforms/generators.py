@@ -46,103 +46,44 @@ def with_broker(case: Case, broker: str) -> Case:
 # Value pools. Repeated entries weight the common, boring values.
 
 
+# fmt: off
 def _ages(params: RoundParams) -> list[int]:
     timeout, reserved = params.transaction_timeout_ms, params.reserved_ms
     return [
-        -5_000,
-        -1,
-        0,
-        1,
-        1_000,
-        timeout - 1,
-        timeout,
-        timeout + 1,
-        30_000,
-        59_999,
-        60_000,
-        61_000,
-        61_000,
-        120_000,
-        120_000,
-        reserved - 1,
-        reserved,
-        reserved + 1,
-        2 * reserved,
+        -5_000, -1, 0, 1, 1_000, timeout - 1, timeout, timeout + 1, 30_000, 59_999, 60_000,
+        61_000, 61_000, 120_000, 120_000, reserved - 1, reserved, reserved + 1, 2 * reserved,
     ]
 
 
 def _counters(params: RoundParams) -> list[str | None]:
     cm = params.check_max
     return [
-        None,
-        None,
-        None,
-        None,
-        "0",
-        "1",
-        "2",
-        str(cm - 2),
-        str(cm - 1),
-        str(cm),
-        str(cm + 1),
-        "-1",
-        f"+{cm - 1}",
-        "2147483647",
-        "2147483648",
-        "-2147483649",
-        "abc",
-        " 1",
-        "1.5",
-        "\u0661",
-        "1_0",
+        None, None, None, None, "0", "1", "2", str(cm - 2), str(cm - 1), str(cm), str(cm + 1),
+        "-1", f"+{cm - 1}", "2147483647", "2147483648", "-2147483649", "abc", " 1", "1.5",
+        "\u0661", "1_0", "",
     ]
 
 
-# Empty property values ("") are left out on purpose: a store reader drops them (section 2),
-# and what an empty value from a tabular source means is not settled by the spec.
+# Empty property values ("") mean an absent property (section 2: "a segment with an empty
+# name or empty value is ignored"), whatever the source.
 IMMUNITIES: list[str | None] = [
-    None,
-    None,
-    None,
-    None,
-    None,
-    "0",
-    "60",
-    "60",
-    "-1",
-    "-5",
-    "5",
-    "abc",
-    "9223372036854775",
-    "9223372036854776",
-    "9223372036854775807",
-    "-9223372036854775808",
-    "99999999999999999999",
-    " 60",
-    "+60",
-    "1.5",
+    None, None, None, None, None, "0", "60", "60", "-1", "-5", "5", "abc", "9223372036854775",
+    "9223372036854776", "9223372036854775807", "-9223372036854775808", "99999999999999999999",
+    " 60", "+60", "1.5", "",
 ]
-KEYS: list[str | None] = [None, "K1", "K1", "K2", "K3"]
-REAL_QIDS: list[str | None] = ["0", "0", "0", "3", None, "x", "2147483648", "-1"]
-GROUPS: list[str | None] = ["PG", "PG", None]
+KEYS: list[str | None] = [None, "K1", "K1", "K2", "K3", ""]
+REAL_QIDS: list[str | None] = ["0", "0", "0", "3", None, "x", "2147483648", "-1", ""]
+GROUPS: list[str | None] = ["PG", "PG", None, ""]
 # T - store time: None = stored just after birth (before T); 0 = at T; negative = after T.
 STORED_AGES: list[int | None] = [None, None, None, None, None, None, 1, 0, -1, -60_000]
+# Fewer op records after T: one that is missing at T stops the op offset, hiding the rest.
+OP_STORED_AGES: list[int | None] = [None] * 10 + [1, 0, -60_000]
 BAD_ITEMS = [
-    "x",
-    "1.5",
-    " 3",
-    "3 ",
-    "",
-    "99999999999999999999",
-    "-9223372036854775809",
-    "+2",
-    "-1",
-    "\u0661",
-    "0x1",
-    "1_0",
-    "9223372036854775807",
+    "x", "1.5", " 3", "3 ", "", "99999999999999999999", "-9223372036854775809", "+2", "-1",
+    "\u0661", "0x1", "1_0", "9223372036854775807",
 ]
 TAGS: list[str | None] = ["d", "d", "d", "d", "d", "d", "x", "D", None]
+# fmt: on
 
 
 # ---------------------------------------------------------------------------------------
@@ -169,9 +110,11 @@ def _half_fields(draw: Any, params: RoundParams, lo: int, hi: int) -> dict[str, 
 
 
 @st.composite
-def _op_fields(draw: Any, half_lo: int, half_hi: int) -> dict[str, Any]:
+def _op_fields(draw: Any, half_lo: int, half_hi: int, present: list[int]) -> dict[str, Any]:
+    # Mostly offsets of half records that exist (resolution is the heart of the round),
+    # some anywhere around the queue (below h0, past the end), some unparsable.
     offsets = [str(offset) for offset in range(max(half_lo - 2, 0), half_hi + 3)]
-    item = st.sampled_from(offsets * 3 + BAD_ITEMS)
+    item = st.sampled_from([str(offset) for offset in present] * 6 + offsets * 2 + BAD_ITEMS)
     shape = draw(
         st.sampled_from(["4.9", "batch", "batch", "batch", "no trailing comma", "none", "empty"])
     )
@@ -187,7 +130,7 @@ def _op_fields(draw: Any, half_lo: int, half_hi: int) -> dict[str, Any]:
     return {
         "body": body,
         "tag": draw(st.sampled_from(TAGS)),
-        "stored_age_ms": draw(st.sampled_from(STORED_AGES)),
+        "stored_age_ms": draw(st.sampled_from(OP_STORED_AGES)),
         "age_ms": 1_000,
     }
 
@@ -256,7 +199,8 @@ def cases(draw: Any, params: RoundParams) -> Case:
         half_slots = draw(_slots(_half_fields(params, half_base, half_base + 7), half_base, 7))
         op_base = draw(st.sampled_from([0, 0, 2]))
         half_hi = half_base + 7
-        op_slots = draw(_slots(_op_fields(half_base, half_hi), op_base, 5))
+        present = [offset for offset, *_ in half_slots]
+        op_slots = draw(_slots(_op_fields(half_base, half_hi, present), op_base, 5))
 
         for offset, fields, duplicate, duplicate_fields in half_slots:
             original, copy = _place(duplicate, commitlog())
@@ -285,7 +229,9 @@ def cases(draw: Any, params: RoundParams) -> Case:
         ):
             end = slots[-1][0] + 1 if slots else base
             choice = draw(
-                st.sampled_from([None, 0, base - 1, base, base + 1, end, end, end + 1, end + 3, 2])
+                st.sampled_from(
+                    [None, None, None, 0, base - 1, base, base, base + 1, 2, end, end + 3]
+                )
             )
             if choice is not None and choice >= 0:
                 committed.append((CASE_BROKER, topic, queue, choice))

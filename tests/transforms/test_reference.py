@@ -241,3 +241,42 @@ def test_reference_invariants(case) -> None:  # type: ignore[no-untyped-def]
             if r["status"] not in (NOT_REACHED, "too_young")
         )
     assert all(r["as_of_ms"] == T for r in result.pending)
+
+
+def test_bytes_that_are_not_utf8_spoil_only_their_item() -> None:
+    records = [half(0, 60 * S), half(1, 60 * S), op(0, b"\xff0,1,")]
+
+    result = reference.reconcile(records, [], params())
+
+    assert [(r["half_offset"], r["status"]) for r in result.pending] == [(0, "check")]
+    assert [(r["queue_offset"], reason_kind(r["reason"])) for r in result.bad_records] == [
+        (0, "op_body")
+    ]
+
+
+def test_identical_duplicate_rows_are_used_once() -> None:
+    result = reference.reconcile([half(0, 60 * S), half(0, 60 * S)], [], params())
+
+    assert [r["half_offset"] for r in result.check_requests] == [0]
+    assert [reason_kind(r["reason"]) for r in result.bad_records] == ["duplicate"]
+
+
+def test_empty_property_values_are_absent_properties() -> None:
+    # Section 2: "a segment with an empty name or empty value is ignored".
+    records = [
+        half(0, 60 * S, key="", counter="", group="", real_qid=""),
+        half(1, 60 * S, key="", immunity=""),
+        half(2, 1 * S, immunity=""),
+        op(0, "0"),
+    ]
+
+    result = reference.reconcile(records, [], params())
+
+    assert result.bad_records == []
+    assert [
+        (r["half_offset"], r["status"], r["uniq_key"], r["producer_group"], r["real_queue_id"])
+        for r in result.pending
+    ] == [
+        (1, "check", None, "PG_ORDERS", 0),
+        (2, "too_young", None, "PG_ORDERS", 0),
+    ]
