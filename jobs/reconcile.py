@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -120,10 +120,23 @@ class Inputs:
     committed_offsets: DataFrame
     notes: DataFrame
     identity: list[str]  # for the default run id
+    release: Callable[[], None] | None = None  # set when the reader already caches its output
 
     def persist(self) -> Inputs:
-        return Inputs(self.messages.persist(), self.bad_records.persist(), self.committed_offsets,
-                      self.notes, self.identity)
+        """Cache the records once; the store reader's output is cached already."""
+        if self.release is not None:
+            return self
+        messages, bad_records = self.messages.persist(), self.bad_records.persist()
+
+        def release() -> None:
+            messages.unpersist()
+            bad_records.unpersist()
+
+        return Inputs(messages, bad_records, self.committed_offsets, self.notes, self.identity, release)
+
+    def unpersist(self) -> None:
+        if self.release is not None:
+            self.release()
 
 
 def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobConfig) -> Inputs:
@@ -134,7 +147,7 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
     read = read_stores(spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body)
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
-    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity)
+    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity, read.unpersist)
 
 
 def read_segment_inputs(
@@ -383,8 +396,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
     state.unpersist()
-    inputs.messages.unpersist()
-    inputs.bad_records.unpersist()
+    inputs.unpersist()
     progress("done")
     return EXIT_OK
 
