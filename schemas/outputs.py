@@ -135,10 +135,6 @@ def half_row_schema(include_body: bool) -> T.StructType:
     return T.StructType(HALF_ROW_FIELDS + ([BODY_FIELD] if include_body else []))
 
 
-def with_run_columns(schema: T.StructType) -> T.StructType:
-    return T.StructType(schema.fields + RUN_COLUMNS)
-
-
 def table_schema(table: str, include_body: bool = False) -> T.StructType:
     """The full schema of an output table (``body`` added to the half-row tables on request)."""
     schema = TABLE_SCHEMAS[table]
