@@ -25,6 +25,7 @@ class JobConfig:
     verify_crc: bool = False
     master: str = "local[2]"
     shuffle_partitions: int = 8
+    driver_memory: str = "4g"
 
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:

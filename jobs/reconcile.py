@@ -22,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # spark-submit jobs/reconcile.py: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.errors import InputError
@@ -121,6 +121,7 @@ class Inputs:
     notes: DataFrame
     identity: list[str]  # for the default run id
     release: Callable[[], None] | None = None  # set when the reader already caches its output
+    unique_offsets: Column | bool | None = None  # records whose queue offset cannot repeat (store reader)
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -132,7 +133,8 @@ class Inputs:
             messages.unpersist()
             bad_records.unpersist()
 
-        return Inputs(messages, bad_records, self.committed_offsets, self.notes, self.identity, release)
+        return Inputs(messages, bad_records, self.committed_offsets, self.notes, self.identity, release,
+                      self.unique_offsets)
 
     def unpersist(self) -> None:
         if self.release is not None:
@@ -144,10 +146,11 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
     from transforms.round import NOTE
 
     specs = [parse_store_arg(arg) for arg in stores]
-    read = read_stores(spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body)
+    read = read_stores(spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body, lean=True)
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
-    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity, read.unpersist)
+    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity, read.unpersist,
+                  read.unique_offsets)
 
 
 def read_segment_inputs(
@@ -222,7 +225,7 @@ def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | No
     run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
     return classify_round(
         inputs.messages, inputs.committed_offsets, _params(config, as_of_ms, run_id),
-        bad_input=inputs.bad_records, notes=inputs.notes,
+        bad_input=inputs.bad_records, notes=inputs.notes, unique_offsets=inputs.unique_offsets,
     )
 
 
@@ -347,6 +350,15 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
     return "\n".join(lines)
 
 
+PHASE_PREFIX = "rmq-txn-reconcile: "
+
+
+def _phase(spark: SparkSession, name: str) -> None:
+    """Label the Spark jobs that follow (Spark UI, event log; ``bench/`` reads stage times
+    per phase from it)."""
+    spark.sparkContext.setJobDescription(PHASE_PREFIX + name)
+
+
 def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     started = time.time()
 
@@ -367,6 +379,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         spark = build_session(
             master=None if under_submit else config.master,
             shuffle_partitions=config.shuffle_partitions,
+            driver_memory=config.driver_memory,
             verbose=args.verbose,
         )
     from transforms.round import shape_outputs
@@ -376,9 +389,11 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     else:
         inputs = read_segment_inputs(spark, args.half, args.op, args.format, args.broker, args.offsets)
     inputs = inputs.persist()
+    _phase(spark, "decode")
     records = inputs.messages.count()
     progress(f"read {records} half/op records from {len(inputs.identity)} input(s)")
 
+    _phase(spark, "resolve and classify")
     state = _round(inputs, config, as_of, args.run_id).persist()
     params = state.params
     bad = state.bad_records.count()
@@ -390,6 +405,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
             f"{bad} bad record(s) and --strict is set; first: {first['reason']} at {first['source']}:{first['position']}"
         )
     outputs = shape_outputs(state)
+    _phase(spark, "write")
     write_outputs(spark, outputs, params.run_id, args.output, config.include_body, started, progress)
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]  # one row per queue and topic
     write_offset_fragments(offset_rows, args.output)
@@ -397,6 +413,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
     state.unpersist()
     inputs.unpersist()
+    spark.sparkContext.setJobDescription(None)
     progress("done")
     return EXIT_OK
 

@@ -17,6 +17,7 @@ def build_session(
     shuffle_partitions: int | None = None,
     verbose: bool = False,
     adaptive: bool = True,
+    driver_memory: str | None = None,
 ) -> SparkSession:
     """Return a session configured for this job (UTC, no UI in local mode, quiet logs).
 
@@ -40,6 +41,10 @@ def build_session(
     if not adaptive:
         # Tests: tiny frames, where adaptive execution only adds a Spark job per stage.
         builder = builder.config("spark.sql.adaptive.enabled", "false")
+    if driver_memory and master and master.startswith("local"):
+        # Local mode runs everything in the driver's JVM: its heap holds the cached records.
+        # Only effective when this call starts the JVM (not in a running notebook session).
+        builder = builder.config("spark.driver.memory", driver_memory)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if not verbose and _LOG4J.exists():

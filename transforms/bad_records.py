@@ -86,9 +86,15 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
             for name, raw, parser in _CHECKED_PROPERTIES
         ]
     )
+    # Cheap pre-filter: a record with every checked property absent or parsed (nearly all)
+    # never reaches the array and explode below.
+    suspect = F.lit(False)
+    for _, raw, parser in _CHECKED_PROPERTIES:
+        suspect = suspect | is_unparsable(F.col(raw), parser(F.col(raw)))  # type: ignore[operator]
     return (
-        half.select("broker", "source", "position", "topic", "queue_id", "queue_offset",
-                    F.explode(F.filter(problems, lambda p: p.isNotNull())).alias("problem"))
+        half.filter(suspect)
+        .select("broker", "source", "position", "topic", "queue_id", "queue_offset",
+                F.explode(F.filter(problems, lambda p: p.isNotNull())).alias("problem"))
         .select(
             *_bad_record(
                 F.col("broker"), F.col("source"), F.col("position"), F.col("topic"), F.col("queue_id"),

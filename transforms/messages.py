@@ -6,17 +6,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemas.messages import (
-    HALF_TOPIC,
-    OP_TOPIC,
-    PROP_CHECK_TIMES,
-    PROP_IMMUNITY_SECONDS,
-    PROP_PREPARED_QUEUE_OFFSET,
-    PROP_PRODUCER_GROUP,
-    PROP_REAL_QUEUE_ID,
-    PROP_REAL_TOPIC,
-    PROP_UNIQ_KEY,
-)
+from schemas.messages import HALF_TOPIC, OP_TOPIC, PROPERTY_COLUMNS
 from transforms.parsing import nonempty, parse_java_int, parse_java_long
 
 RECORD_KEY = ["broker", "topic", "queue_id", "queue_offset"]
@@ -24,8 +14,6 @@ QUEUE_KEY = ["broker", "queue_id"]
 
 _WINNER = "_winner"
 _COPIES = "_copies"
-
-
 _ROW_ID = "_row_id"
 
 
@@ -36,14 +24,21 @@ def _precedence() -> Column:
     return F.struct("commitlog_offset", "source", "position", _ROW_ID)
 
 
-def mark_duplicates(messages: DataFrame) -> DataFrame:
+def mark_duplicates(messages: DataFrame, unique: Column | None = None) -> DataFrame:
     """Add ``duplicate_of`` (long): null for the record that is used, else the commit-log
     offset of the record kept instead. Settled among all readable records, before the
     as-of cut.
 
-    Only keys that occur more than once are joined back; that side is normally empty or
-    tiny, so adaptive execution broadcasts it instead of shuffling every record.
+    ``unique``: a condition true for records whose queue offset is unique by construction
+    (a store reader knows this of records reached through a consume queue); those skip the
+    check, which otherwise costs a shuffle of every record. Only keys that occur more than
+    once are joined back; that side is normally empty or tiny, so adaptive execution
+    broadcasts it instead of shuffling every record.
     """
+    if unique is not None:
+        unique = F.coalesce(unique, F.lit(False))  # a null must not drop a record from both sides
+        trusted = messages.filter(unique).withColumn("duplicate_of", F.lit(None).cast(T.LongType()))
+        return trusted.unionByName(mark_duplicates(messages.filter(~unique)))
     # The row id is evaluated per partition; inputs are cached or deterministic scans, so
     # both uses of `numbered` below see the same ids.
     numbered = messages.withColumn(_ROW_ID, F.monotonically_increasing_id())
@@ -74,25 +69,29 @@ def is_op() -> Column:
     return F.col("topic") == OP_TOPIC
 
 
+def with_property_columns(records: DataFrame) -> DataFrame:
+    """The properties the round reads as the columns of ``PROPERTY_COLUMNS`` (raw text, null
+    when absent or empty), in place of the ``properties`` map. Records from the store
+    reader's lean path carry these columns already and pass unchanged."""
+    if "properties" not in records.columns:
+        return records
+    prop = F.col("properties")
+    extracted = [nonempty(prop[name]).alias(column) for name, column in PROPERTY_COLUMNS.items()]
+    return records.select("*", *extracted).drop("properties")
+
+
 def with_half_fields(half: DataFrame) -> DataFrame:
     """Derive the transaction fields of half records from their properties (spec section 2).
 
     Raw texts are kept (``*_raw``) so that unparsable values can be reported as bad
-    records; the parsed columns are null when absent or unparsable.
+    records; the parsed columns are null when absent or unparsable. Accepts records with
+    the ``properties`` map or with the property columns already extracted.
     """
-    prop = F.col("properties")
-    return half.select(
+    return with_property_columns(half).select(
         "*",
-        nonempty(prop[PROP_UNIQ_KEY]).alias("uniq_key"),
-        nonempty(prop[PROP_PRODUCER_GROUP]).alias("producer_group"),
-        nonempty(prop[PROP_REAL_TOPIC]).alias("real_topic"),
-        nonempty(prop[PROP_REAL_QUEUE_ID]).alias("real_queue_id_raw"),
-        parse_java_int(nonempty(prop[PROP_REAL_QUEUE_ID])).alias("real_queue_id"),
-        nonempty(prop[PROP_CHECK_TIMES]).alias("check_times_raw"),
-        parse_java_int(nonempty(prop[PROP_CHECK_TIMES])).alias("check_times"),
-        nonempty(prop[PROP_IMMUNITY_SECONDS]).alias("immunity_raw"),
-        nonempty(prop[PROP_PREPARED_QUEUE_OFFSET]).alias("prepared_queue_offset_raw"),
-        parse_java_long(nonempty(prop[PROP_PREPARED_QUEUE_OFFSET])).alias("prepared_queue_offset"),
+        parse_java_int(F.col("real_queue_id_raw")).alias("real_queue_id"),
+        parse_java_int(F.col("check_times_raw")).alias("check_times"),
+        parse_java_long(F.col("prepared_queue_offset_raw")).alias("prepared_queue_offset"),
     )
 
 

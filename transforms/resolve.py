@@ -29,15 +29,36 @@ def with_transaction_key(half: DataFrame) -> DataFrame:
     return half.withColumn(TRANSACTION_KEY, F.coalesce(F.col("uniq_key"), orphan))
 
 
-def resolved_transactions(half: DataFrame, named: DataFrame) -> DataFrame:
+def resolved_transactions(
+    half: DataFrame, named: DataFrame, of: DataFrame | None = None, small: bool = False
+) -> DataFrame:
     """``broker, queue_id, transaction_key`` of every transaction with a named record.
 
     ``half`` must carry ``transaction_key`` and ``prepared_queue_offset``; ``named`` is
-    ``broker, queue_id, half_offset``. Semi-joins: an offset named twice cannot multiply rows.
+    ``broker, queue_id, half_offset``. With ``of`` (half records), only the transactions of
+    those records are settled: every record of theirs is looked up in ``named``. ``small``
+    says ``of`` is small enough to broadcast, so that neither ``half`` nor ``named`` is
+    shuffled (they are only scanned).
     """
+    keys = ["broker", "queue_id", TRANSACTION_KEY]
+    if of is not None:
+        wanted = of.select(*keys).distinct()
+        half = half.join(F.broadcast(wanted) if small else wanted, keys, how="left_semi")
+    if small:
+        # Broadcast the few records and stream `named` past them; an offset named twice
+        # repeats a key, which the distinct below removes.
+        copies = F.broadcast(half.select(*keys, "queue_offset", "prepared_queue_offset"))
+        # Renamed so that the join conditions name each side unambiguously (both sides may
+        # come from the same cached records).
+        naming = named.select(
+            F.col("broker").alias("_named_broker"), F.col("queue_id").alias("_named_queue"), HALF_OFFSET
+        )
+        same_queue = (F.col("_named_broker") == F.col("broker")) & (F.col("_named_queue") == F.col("queue_id"))
+        rule_1 = naming.join(copies, same_queue & (F.col(HALF_OFFSET) == F.col("queue_offset")))
+        rule_2 = naming.join(copies, same_queue & (F.col(HALF_OFFSET) == F.col("prepared_queue_offset")))
+        return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()
     by_offset = named.withColumnRenamed(HALF_OFFSET, "queue_offset")
     by_prepared = named.withColumnRenamed(HALF_OFFSET, "prepared_queue_offset")
-    keys = ["broker", "queue_id", TRANSACTION_KEY]
     rule_1 = half.join(by_offset, ["broker", "queue_id", "queue_offset"], how="left_semi")
     rule_2 = half.join(by_prepared, ["broker", "queue_id", "prepared_queue_offset"], how="left_semi")
     return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
+from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP, UNUSED_BY_ROUND
 from schemas.outputs import (
     BAD_RECORD,
     CHECK,
@@ -147,7 +148,13 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     ahead = ops.select(*QUEUE_KEY, "queue_offset").join(F.broadcast(window), QUEUE_KEY).filter(
         F.col("queue_offset") >= F.col("p0")
     )
-    largest = largest_named_offset(op_items).withColumnRenamed(OP_OFFSET, "queue_offset")
+    # Only op records from p0 on matter: aggregate their items, not the whole op queue's.
+    items_ahead = (
+        op_items.join(F.broadcast(window.select(*QUEUE_KEY, "p0")), QUEUE_KEY)
+        .filter(F.col(OP_OFFSET) >= F.col("p0"))
+        .drop("p0")
+    )
+    largest = largest_named_offset(items_ahead).withColumnRenamed(OP_OFFSET, "queue_offset")
     with_largest = ahead.join(largest, [*QUEUE_KEY, "queue_offset"], how="left")
     first = with_largest.groupBy(*QUEUE_KEY).agg(
         F.min("queue_offset").alias("first_present"),
@@ -172,6 +179,25 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     )
 
 
+# Up to this many records from h0, the round's joins broadcast them (the usual case: the
+# committed offset is near the end of the queue); beyond it, Spark shuffles as usual.
+BROADCAST_ROWS = 2_000_000
+
+
+def _is_small(frame: DataFrame) -> bool:
+    """Whether a (cached) frame is small enough to broadcast; costs one count."""
+    return frame.count() <= BROADCAST_ROWS
+
+
+def lean_records(messages: DataFrame, params: RoundParams) -> DataFrame:
+    """Half and op records with the derived half fields and transaction key, without the
+    columns no later step reads. Half bodies are kept only with ``include_body``."""
+    records = messages.filter(is_half() | is_op())
+    with_fields = with_transaction_key(with_half_fields(records))
+    body = F.col("body") if params.include_body else F.when(is_op(), F.col("body"))
+    return with_fields.drop(*UNUSED_BY_ROUND).withColumn("body", body)
+
+
 def localize(per_queue: DataFrame) -> DataFrame:
     """Bring a per-queue frame to the driver and back as a local relation.
 
@@ -189,6 +215,7 @@ def classify_round(
     params: RoundParams,
     bad_input: DataFrame | None = None,
     notes: DataFrame | None = None,
+    unique_offsets: Column | bool | None = None,
 ) -> RoundState:
     """Resolve and classify every half record of every queue in ``messages``.
 
@@ -203,29 +230,51 @@ def classify_round(
         bad_input: ``BAD_RECORD`` rows the readers produced (optional).
         notes: reader warnings (``NOTE``: broker, queue_id or null for the whole broker,
             warning), shown in ``run_summary.warnings``.
+        unique_offsets: records whose queue offset cannot repeat (from the store reader):
+            a condition, or True for all records; they skip the duplicate check. With True,
+            ``messages`` must be cached by the caller: the round then adds no cache of
+            every record.
     """
     as_of = params.as_of_ms
-    marked = mark_duplicates(messages.filter(is_half() | is_op()))
+    lean = lean_records(messages, params)
+    if unique_offsets is True:
+        # Nothing to deduplicate and the input is cached: each step computes the few
+        # derived columns it reads, which is cheaper than caching every record again.
+        marked = lean.withColumn("duplicate_of", F.lit(None).cast(T.LongType()))
+        cached_records: tuple[DataFrame, ...] = ()
+    else:
+        # Every later step reads this one narrow, deduplicated frame: cached so that the
+        # per-queue aggregates, the joins and the bad records do not each redo the
+        # duplicate check (a shuffle of every record) and the property lookups.
+        unique = unique_offsets if isinstance(unique_offsets, Column) else None
+        marked = mark_duplicates(lean, unique).persist(StorageLevel.MEMORY_AND_DISK)
+        cached_records = (marked,)
     readable = marked.filter(F.col("duplicate_of").isNull()).drop("duplicate_of")
     current = readable.filter(stored_before(as_of))
 
-    half = current.filter(is_half()).transform(with_half_fields).transform(with_transaction_key)
+    half = current.filter(is_half())
     ops = current.filter(is_op())
-    op_items = explode_op_items(ops)
+    # Op bodies are split and parsed once: three consumers (named offsets, done-ness of
+    # op records, unparsable items).
+    op_items = explode_op_items(ops).persist(StorageLevel.MEMORY_AND_DISK)
 
     bounds = queue_bounds(readable, as_of)
     starts = localize(queue_starts(start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets)))
 
-    unresolved = unresolved_half(half, resolved_transactions(half, named_offsets(op_items)))
-    # Unresolved records from h0 on: normally a small fraction of the queue. Cached because
-    # the stop offsets are aggregated from them before the statuses are assigned.
-    candidates = (
-        unresolved.join(F.broadcast(starts.select(*QUEUE_KEY, "h0")), QUEUE_KEY)
+    # Only records from h0 on can be classified, and only their transactions need
+    # resolving: the round resolves those few transactions instead of the whole queue.
+    from_h0 = (
+        half.join(F.broadcast(starts.select(*QUEUE_KEY, "h0")), QUEUE_KEY)
         .filter(F.col("queue_offset") >= F.col("h0"))
-        .transform(with_round_class, params)
         .drop("h0")
-        .persist()
+        .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    unresolved = unresolved_half(
+        from_h0, resolved_transactions(half, named_offsets(op_items), of=from_h0, small=_is_small(from_h0))
+    )
+    # Cached because the stop offsets are aggregated from them before the statuses are
+    # assigned.
+    candidates = unresolved.transform(with_round_class, params).persist()
     stops = (
         candidates.filter(F.col("round_class") == TOO_YOUNG)
         .groupBy(*QUEUE_KEY)
@@ -271,6 +320,9 @@ def classify_round(
     bad_records = bad_parts[0]
     for part in bad_parts[1:]:
         bad_records = bad_records.unionByName(part)
+    # Counted per queue below, then counted and written by the job: found once (finding
+    # them scans every record).
+    bad_records = bad_records.persist(StorageLevel.MEMORY_AND_DISK)
 
     queues = with_safe.join(_op_offsets(ops, op_items, with_safe), QUEUE_KEY, how="left").join(
         in_window, QUEUE_KEY, how="left"
@@ -313,7 +365,8 @@ def classify_round(
         ).alias("warnings"),
     )
     return RoundState(
-        pending=pending, queues=localize(queues), bad_records=bad_records, params=params, cached=(candidates,)
+        pending=pending, queues=localize(queues), bad_records=bad_records, params=params,
+        cached=(candidates, from_h0, op_items, bad_records, *cached_records),
     )
 
 

@@ -23,7 +23,7 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -349,15 +349,19 @@ def parse_hosts(hosts: pa.Array | None, n: int) -> tuple[np.ndarray, np.ndarray,
 # --- properties ----------------------------------------------------------------------------------
 
 
-def decode_properties(props: pa.BinaryArray) -> tuple[pa.MapArray, pa.Array]:
+def decode_properties(
+    props: pa.BinaryArray, names: Sequence[str] | None = None
+) -> tuple[pa.MapArray | dict[str, pa.Array], pa.Array]:
     """Parse ``name\\x01value\\x02…`` per value (spec §2, RocketMQ ``string2messageProperties``):
     split on 0x02, drop segments without a 0x01 after a non-empty name or with an empty value,
     value = everything after the first 0x01. A name given twice: the last one wins (as in
-    Java's HashMap). Returns the map<string,string> array and the ``TAGS`` value (or null)."""
+    Java's HashMap). Returns the map<string,string> array (or, with ``names``, a string
+    array per name: its value or null) and the ``TAGS`` value (or null)."""
     n = len(props)
     map_type = pa.map_(pa.string(), pa.string())
     if n == 0:
-        return pa.array([], type=map_type), pa.array([], type=pa.string())
+        empty = pa.array([], type=pa.string())
+        return ({name: empty for name in names} if names is not None else pa.array([], type=map_type)), empty
     props = props.fill_null(b"")
     if props.type != pa.binary():
         props = props.cast(pa.binary())
@@ -402,25 +406,29 @@ def decode_properties(props: pa.BinaryArray) -> tuple[pa.MapArray, pa.Array]:
                 seg_rec, key_start, key_len = seg_rec[keep2], key_start[keep2], key_len[keep2]
                 val_start, val_len, codes = val_start[keep2], val_len[keep2], codes[keep2]
                 keys = slices(region, key_start, key_len)
-        tags_code = -1
-        for i, name in enumerate(dictionary.to_pylist()):
-            if name == TAGS.encode():
-                tags_code = i
-                break
+        code_of = {name: i for i, name in enumerate(dictionary.to_pylist())}
     else:
         codes = np.zeros(0, dtype=np.int64)
-        tags_code = -1
+        code_of = {}
     values = slices(region, val_start, val_len)
-    key_str = _as_utf8(keys)
     val_str = _as_utf8(values)
+
+    def value_of(name: str) -> pa.Array:
+        """Each record's value of ``name`` (names are unique per record by now), or null."""
+        index = np.full(n, -1, dtype=np.int64)
+        code = code_of.get(name.encode())
+        if code is not None:
+            where = np.flatnonzero(codes == code)
+            index[seg_rec[where]] = where
+        return val_str.take(pa.array(index, mask=index < 0))
+
+    tags = value_of(TAGS)
+    if names is not None:
+        return {name: value_of(name) for name in names}, tags
+    key_str = _as_utf8(keys)
     map_offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(seg_rec, minlength=n), out=map_offsets[1:])
     maps = pa.MapArray.from_arrays(pa.array(map_offsets), key_str, val_str)
-    tag_index = np.full(n, -1, dtype=np.int64)
-    if tags_code >= 0:
-        where = np.flatnonzero(codes == tags_code)
-        tag_index[seg_rec[where]] = where
-    tags = val_str.take(pa.array(tag_index, mask=tag_index < 0))
     return maps, tags
 
 
@@ -766,6 +774,14 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
+def lean_record_schema(property_columns: Mapping[str, str], drop: Iterable[str] = ()) -> pa.Schema:
+    """``RECORD_SCHEMA`` with string columns for the given properties instead of the map,
+    without the ``drop`` columns."""
+    unwanted = {"properties", *drop}
+    fields = [f for f in RECORD_SCHEMA if f.name not in unwanted]
+    return pa.schema(fields + [pa.field(column, pa.string()) for column in property_columns.values()])
+
+
 @dataclass
 class Bad:
     """A position that did not decode. ``no_record``: nothing that looks like a record
@@ -796,13 +812,17 @@ def decode_records(
     verify_crc: bool = False,
     body_topics: Iterable[str] | None = None,
     layout: Layout | None = None,
+    property_columns: Mapping[str, str] | None = None,
+    drop_columns: Iterable[str] = (),
 ) -> DecodeResult:
     """Decode the records starting at ``positions`` of one commit-log file.
 
     ``file_offset``: the file's first physical offset (its name). ``body_topics``: topics
     whose bodies are returned (decompressed); None returns every body. Compressed bodies are
     always decompressed (a body that does not decompress makes the record bad whether or not
-    the body is returned). Never raises on arbitrary bytes."""
+    the body is returned). ``property_columns`` (property name -> column name): return
+    those properties as string columns (after ``position``) instead of the ``properties``
+    map, and leave out ``drop_columns``. Never raises on arbitrary bytes."""
     positions = np.asarray(positions, dtype=np.int64)
     if layout is None:
         layout = record_layout(buf, positions, file_offset)
@@ -850,7 +870,8 @@ def decode_records(
             take[keys] = len(ok) + np.arange(len(keys))
             bodies = pa.concat_arrays([bodies, extra_arr]).take(pa.array(take))
     bodies = pc.if_else(pa.array(want), bodies, pa.scalar(None, pa.binary())) if len(ok) else bodies
-    props, tags = decode_properties(slices(buf, lo.props_start, lo.props_len))
+    names = list(property_columns) if property_columns is not None else None
+    props, tags = decode_properties(slices(buf, lo.props_start, lo.props_len), names)
     born_v6 = (lo.sys_flag & BORNHOST_V6_FLAG) != 0
     store_v6 = (lo.sys_flag & STOREHOST_V6_FLAG) != 0
     born_port = np.where(born_v6, _be(lo.born, 16, 4), _be(lo.born, 4, 4)) if len(ok) else np.zeros(0, np.int64)
@@ -872,12 +893,13 @@ def decode_records(
             "reconsume_times": pa.array(lo.reconsume.astype(np.int32)),
             "prepared_transaction_offset": pa.array(lo.prepared),
             "tags": tags,
-            "properties": props,
+            **({"properties": props} if property_columns is None else {}),
             "body": bodies,
             "magic_version": pa.array(np.where(lo.magic == MAGIC_CODE_V2, 2, 1).astype(np.int32)),
             "position": pa.array(lo.pos),
+            **({column: props[name] for name, column in property_columns.items()} if property_columns is not None else {}),
         },
-        schema=RECORD_SCHEMA,
+        schema=RECORD_SCHEMA if property_columns is None else lean_record_schema(property_columns, drop_columns),
     )
     final_ok = status[ok] == OK
     if not final_ok.all():

@@ -13,6 +13,7 @@ readable records). That DataFrame is persisted and split into ``messages`` and
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -35,7 +36,15 @@ from connectors.rocketmq.offsets_file import (
     committed_rows,
     read_consumer_offsets,
 )
-from schemas.messages import COMMITTED_OFFSET, HALF_TOPIC, OP_TOPIC, SOURCED_MESSAGE
+from schemas.messages import (
+    COMMITTED_OFFSET,
+    HALF_TOPIC,
+    LEAN_MESSAGE,
+    OP_TOPIC,
+    PROPERTY_COLUMNS,
+    SOURCED_MESSAGE,
+    UNUSED_BY_ROUND,
+)
 from schemas.outputs import BAD_RECORD
 
 TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
@@ -48,19 +57,33 @@ CHUNK_BYTES = 64 << 20
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
 
 # One pass produces both readable records and bad records.
-COMBINED = T.StructType(
-    [*SOURCED_MESSAGE.fields, T.StructField("reason", T.StringType()), T.StructField("raw_hex", T.StringType())]
+_PROBLEM_FIELDS = [T.StructField("reason", T.StringType()), T.StructField("raw_hex", T.StringType())]
+COMBINED = T.StructType([*SOURCED_MESSAGE.fields, *_PROBLEM_FIELDS])
+# The job's lean path: the properties the round reads as columns, no map (LEAN_MESSAGE).
+LEAN_COMBINED = T.StructType([*LEAN_MESSAGE.fields, *_PROBLEM_FIELDS])
+
+
+def _combined_arrow(record_schema: pa.Schema, property_columns: Sequence[str] = ()) -> pa.Schema:
+    """The Arrow twin of COMBINED / LEAN_COMBINED: same columns, same order."""
+    tail = {"position", *property_columns}
+    return pa.schema(
+        [
+            ("broker", pa.string()),
+            *[(f.name, f.type) for f in record_schema if f.name not in tail],
+            ("source", pa.string()),
+            ("position", pa.int64()),
+            *[(name, pa.string()) for name in property_columns],
+            ("reason", pa.string()),
+            ("raw_hex", pa.string()),
+        ]
+    )
+
+
+COMBINED_ARROW = _combined_arrow(codec.RECORD_SCHEMA)
+LEAN_COMBINED_ARROW = _combined_arrow(
+    codec.lean_record_schema(PROPERTY_COLUMNS, UNUSED_BY_ROUND), tuple(PROPERTY_COLUMNS.values())
 )
-COMBINED_ARROW = pa.schema(
-    [
-        ("broker", pa.string()),
-        *[(f.name, f.type) for f in codec.RECORD_SCHEMA if f.name != "position"],
-        ("source", pa.string()),
-        ("position", pa.int64()),
-        ("reason", pa.string()),
-        ("raw_hex", pa.string()),
-    ]
-)
+assert LEAN_COMBINED_ARROW.names == LEAN_COMBINED.fieldNames()
 assert COMBINED_ARROW.names == COMBINED.fieldNames()
 
 
@@ -112,6 +135,10 @@ class StoreRead:
     notes: list[tuple[str, int | None, str]]
     # The persisted one-pass DataFrame both of the above are cut from (``unpersist`` frees it).
     combined: DataFrame | None = field(default=None, repr=False, compare=False)
+    # Which records' queue offsets cannot repeat (see ``unique_offset_queues``): True for
+    # all, a condition, or None (check every record). The round skips its duplicate check
+    # for them.
+    unique_offsets: Column | bool | None = field(default=None, repr=False, compare=False)
 
     def unpersist(self) -> None:
         if self.combined is not None:
@@ -167,6 +194,20 @@ class ScanUnit:
 class ReadOptions:
     verify_crc: bool = False
     body_topics: tuple[str, ...] | None = (OP_TOPIC,)  # None: every body
+    lean: bool = False  # PROPERTY_COLUMNS instead of the properties map
+
+    @property
+    def property_columns(self) -> dict[str, str] | None:
+        return PROPERTY_COLUMNS if self.lean else None
+
+    @property
+    def drop_columns(self) -> tuple[str, ...]:
+        # stored_size is decoded even so: the consume-queue entry check compares it.
+        return tuple(c for c in UNUSED_BY_ROUND if c != "stored_size") if self.lean else ()
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return LEAN_COMBINED_ARROW if self.lean else COMBINED_ARROW
 
 
 Unit = QueueUnit | ScanUnit
@@ -274,6 +315,43 @@ def pack_tasks(units: Sequence[Unit], target: int = TASK_ENTRIES) -> list[list[U
 # --- execution (Python workers) ----------------------------------------------------------------------
 
 
+def unique_offset_queues(units: Sequence[Unit]) -> list[tuple[str, str, int]]:
+    """(broker, topic, queue_id) of the queues whose queue offsets are unique by
+    construction: every record is reached through an entry of the queue's consume queue, at
+    the offset the entry's place stands for, and the queue's files do not overlap. A queue
+    rebuilt from the commit log (records found by scanning) is never in the list."""
+    scanned: set[tuple[str, str, int | None]] = set()
+    spans: dict[tuple[str, str, int], set[tuple[int, int]]] = {}
+    for unit in units:
+        if isinstance(unit, ScanUnit):
+            scanned.update((unit.broker, topic, queue_id) for topic, queue_id in unit.wanted)
+        else:
+            spans.setdefault((unit.broker, unit.topic, unit.queue_id), set()).add((unit.cq_start, unit.cq_size))
+    unique = []
+    for key, files in sorted(spans.items()):
+        if key in scanned or (key[0], key[1], None) in scanned:
+            continue
+        ordered = sorted(files)
+        entries = [(start, start + -(-size // codec.CQ_ENTRY_SIZE) * codec.CQ_ENTRY_SIZE) for start, size in ordered]
+        if all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(entries)):
+            unique.append(key)
+    return unique
+
+
+def _queue_condition(units: Sequence[Unit]) -> Column | bool | None:
+    """True when every record's queue offset is unique by construction, a condition when
+    only some queues' are, else None."""
+    queues = unique_offset_queues(units)
+    if not queues:
+        return None
+    if not any(isinstance(u, ScanUnit) for u in units) and len(queues) == len(
+        {(u.broker, u.topic, u.queue_id) for u in units}
+    ):
+        return True
+    key = F.concat_ws("\u0000", F.col("broker"), F.col("topic"), F.col("queue_id").cast("string"))
+    return key.isin([f"{broker}\u0000{topic}\u0000{queue_id}" for broker, topic, queue_id in queues])
+
+
 def _repeat(value: str, n: int) -> pa.Array:
     return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
 
@@ -281,8 +359,9 @@ def _repeat(value: str, n: int) -> pa.Array:
 class _Out:
     """Collects bad rows of a unit and turns decoded record tables into combined batches."""
 
-    def __init__(self, broker: str) -> None:
+    def __init__(self, broker: str, schema: pa.Schema = COMBINED_ARROW) -> None:
         self.broker = broker
+        self.schema = schema
         self.bad: list[dict] = []
 
     def add_bad(self, source: str, position: int, reason: str, raw: str, topic: str | None = None, queue_id: int | None = None, queue_offset: int | None = None) -> None:
@@ -298,7 +377,7 @@ class _Out:
             return
         n = table.num_rows
         columns = []
-        for f in COMBINED_ARROW:
+        for f in self.schema:
             if f.name == "broker":
                 columns.append(_repeat(self.broker, n))
             elif f.name == "source":
@@ -307,17 +386,17 @@ class _Out:
                 columns.append(pa.nulls(n, pa.string()))
             else:
                 columns.append(table.column(f.name))
-        yield from pa.Table.from_arrays(columns, schema=COMBINED_ARROW).to_batches()
+        yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
 
     def flush_bad(self) -> Iterator[pa.RecordBatch]:
         if not self.bad:
             return
         rows = self.bad
         self.bad = []
-        table = pa.Table.from_pylist(rows, schema=pa.schema([COMBINED_ARROW.field(k) for k in rows[0]]))
+        table = pa.Table.from_pylist(rows, schema=pa.schema([self.schema.field(k) for k in rows[0]]))
         n = table.num_rows
-        columns = [table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type) for f in COMBINED_ARROW]
-        yield from pa.Table.from_arrays(columns, schema=COMBINED_ARROW).to_batches()
+        columns = [table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type) for f in self.schema]
+        yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
 
 
 def _chunks(positions: np.ndarray, sizes: np.ndarray) -> Iterator[slice]:
@@ -336,7 +415,7 @@ def _chunks(positions: np.ndarray, sizes: np.ndarray) -> Iterator[slice]:
 def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """Follow the entries of a consume-queue range into the commit log."""
     root = Path(unit.root)
-    out = _Out(unit.broker)
+    out = _Out(unit.broker, options.arrow_schema)
     try:
         cq = codec.open_read_only(root / unit.cq_name)
     except OSError as exc:
@@ -402,7 +481,8 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
         positions = phys[members] - log.start
         for part in _chunks(positions, size[members]):
             sel = members[part]
-            result = codec.decode_records(buf, positions[part], file_offset=log.start, verify_crc=options.verify_crc, body_topics=options.body_topics)
+            result = codec.decode_records(buf, positions[part], file_offset=log.start, verify_crc=options.verify_crc, body_topics=options.body_topics,
+                                          property_columns=options.property_columns, drop_columns=options.drop_columns)
             for b in result.bad:
                 k = sel[b.index]
                 if b.no_record:
@@ -436,7 +516,7 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
     """Walk one commit-log file and decode the records of the wanted queues."""
     root = Path(unit.root)
     log = unit.file
-    out = _Out(unit.broker)
+    out = _Out(unit.broker, options.arrow_schema)
     try:
         buf = codec.open_read_only(root / log.name)[: log.size]
     except OSError as exc:
@@ -469,7 +549,8 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
         idx = np.flatnonzero(keep)
         result = codec.decode_records(
             buf, chunk[idx], file_offset=log.start, verify_crc=options.verify_crc,
-            body_topics=options.body_topics, layout=layout.subset(idx),
+            body_topics=options.body_topics, layout=layout.subset(idx), property_columns=options.property_columns,
+            drop_columns=options.drop_columns,
         )
         for b in result.bad:
             out.add_bad(log.name, b.position, b.reason, codec.raw_hex(buf, b.position), b.topic, b.queue_id, b.queue_offset)
@@ -485,7 +566,7 @@ def run_unit(unit: Unit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     try:
         yield from runner(unit, options)
     except Exception as exc:
-        out = _Out(unit.broker)
+        out = _Out(unit.broker, options.arrow_schema)
         if isinstance(unit, QueueUnit):
             out.add_bad(unit.cq_name, unit.entry_begin * codec.CQ_ENTRY_SIZE, f"unreadable consume-queue range: {type(exc).__name__}: {exc}", "", unit.topic, unit.queue_id)
         else:
@@ -518,8 +599,12 @@ def read_stores(
     verify_crc: bool = False,
     include_half_body: bool = False,
     topics: Sequence[str] = TRANSACTION_TOPICS,
+    lean: bool = False,
 ) -> StoreRead:
     """Read the half and op queues (or ``topics``) of every store; see the module doc.
+
+    ``lean``: records carry ``PROPERTY_COLUMNS`` instead of the properties map
+    (``LEAN_MESSAGE``), what the job reads; the default gives ``SOURCED_MESSAGE``.
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
@@ -539,11 +624,15 @@ def read_stores(
         units.extend(store_units)
         notes.extend(store_notes)
     tasks = pack_tasks(units)
-    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,))
+    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean)
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    combined = ranges.mapInArrow(functools.partial(_read_tasks, tasks, options), COMBINED)
+    combined = ranges.mapInArrow(functools.partial(_read_tasks, tasks, options), LEAN_COMBINED if lean else COMBINED)
     combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
-    messages = combined.where(F.col("reason").isNull()).select(*SOURCED_MESSAGE.fieldNames())
+    message_schema = LEAN_MESSAGE if lean else SOURCED_MESSAGE
+    messages = combined.where(F.col("reason").isNull()).select(*message_schema.fieldNames())
     bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
     committed_offsets = spark.createDataFrame(committed, COMMITTED_OFFSET)
-    return StoreRead(messages=messages, bad_records=bad_records, committed_offsets=committed_offsets, notes=notes, combined=combined)
+    return StoreRead(
+        messages=messages, bad_records=bad_records, committed_offsets=committed_offsets, notes=notes,
+        combined=combined, unique_offsets=_queue_condition(units),
+    )

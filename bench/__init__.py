@@ -1,0 +1,1 @@
+"""Benchmark harness of rmq-txn-reconcile (`make bench`, `python -m bench.run`)."""
