@@ -76,9 +76,12 @@ def run_job(stores: dict[str, Path], work_dir: Path, master: str = MASTER) -> di
     command = job_command(stores, output, master)
     load = [round(x, 2) for x in os.getloadavg()]  # other work on the machine skews the times
     measured = run_measured(command, env=job_env(events), cwd=REPO)
+    # Kept whole: a failure's cause can be thousands of lines above the end of the stream.
+    (work_dir / "stderr.log").write_text(measured.stderr)
     if measured.returncode != 0:
         raise JobFailed(
-            f"exit {measured.returncode}: {' '.join(command)}\n{measured.stderr[-3000:]}"
+            f"exit {measured.returncode}: {' '.join(command)}\n{measured.stderr[-3000:]}\n"
+            f"(whole stderr: {work_dir / 'stderr.log'})"
         )
     figures = measured.figures()
     figures.update(

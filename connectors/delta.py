@@ -48,7 +48,9 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 class OutputWriter(Protocol):
     def ensure_table(self, table: str, schema: T.StructType) -> None: ...
 
-    def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int: ...
+    def replace_run(
+        self, table: str, frame: DataFrame, schema: T.StructType, run_id: str
+    ) -> int: ...
 
     def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int: ...
 
@@ -109,8 +111,11 @@ class DeltaRsOutput:
         present = {field.name for field in pa.schema(existing.schema().to_arrow())}
         missing = [field for field in arrow if field.name not in present]
         if missing:  # e.g. a first run with --include-body adds `body`
-            _retry(lambda: DeltaTable(str(path)).alter.add_columns(
-                [Field.from_arrow(field) for field in missing]))
+            _retry(
+                lambda: DeltaTable(str(path)).alter.add_columns(
+                    [Field.from_arrow(field) for field in missing]
+                )
+            )
 
     def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
         """Write ``frame`` (which has ``schema``, ``run_id`` included) as the run's partition."""
@@ -235,4 +240,3 @@ class DeltaSparkOutput:
             .execute()
         )
         return -1
-

@@ -53,16 +53,18 @@ def _read_parquet_files(spark: SparkSession, paths: list[str]) -> DataFrame:
 def _read_json(spark: SparkSession, path: str) -> DataFrame:
     """JSON lines. Each file is read whole so that every line keeps its exact line number
     (Spark's JSON reader has no row index); export files are part files of modest size."""
-    files = spark.read.option("wholetext", "true").text(path).select(
-        F.col("value"), F.col("_metadata.file_path").alias("source")
+    files = (
+        spark.read.option("wholetext", "true")
+        .text(path)
+        .select(F.col("value"), F.col("_metadata.file_path").alias("source"))
     )
-    lines = files.select("source", F.posexplode(F.split("value", "\n")).alias("position", _LINE)).filter(
-        F.trim(F.col(_LINE)) != ""
-    )
+    lines = files.select(
+        "source", F.posexplode(F.split("value", "\n")).alias("position", _LINE)
+    ).filter(F.trim(F.col(_LINE)) != "")
     parsed = F.from_json(F.col(_LINE), MESSAGE, {"mode": "PERMISSIVE"})
-    return lines.select(parsed.alias("row"), "source", F.col("position").cast("long"), _LINE).select(
-        "row.*", "source", "position", _LINE
-    )
+    return lines.select(
+        parsed.alias("row"), "source", F.col("position").cast("long"), _LINE
+    ).select("row.*", "source", "position", _LINE)
 
 
 def _read_side(spark: SparkSession, path: str, fmt: str) -> DataFrame:
@@ -73,7 +75,9 @@ def _read_side(spark: SparkSession, path: str, fmt: str) -> DataFrame:
 
         table = DeltaTable(path)
         if table.metadata().partition_columns:
-            raise InputError(f"{path}: partitioned Delta exports are not supported; export unpartitioned")
+            raise InputError(
+                f"{path}: partitioned Delta exports are not supported; export unpartitioned"
+            )
         uris = table.file_uris()
         if not uris:
             return spark.createDataFrame([], SOURCED_MESSAGE)
@@ -89,20 +93,41 @@ def _canonical(frame: DataFrame, topic: str, broker: str, path: str) -> tuple[Da
     columns = []
     for field in MESSAGE.fields:
         if field.name == "broker":
-            value = F.coalesce(F.col("broker").cast("string"), F.lit(broker)) if "broker" in present else F.lit(broker)
+            value = (
+                F.coalesce(F.col("broker").cast("string"), F.lit(broker))
+                if "broker" in present
+                else F.lit(broker)
+            )
         elif field.name == "topic":
-            value = F.coalesce(F.col("topic").cast("string"), F.lit(topic)) if "topic" in present else F.lit(topic)
+            value = (
+                F.coalesce(F.col("topic").cast("string"), F.lit(topic))
+                if "topic" in present
+                else F.lit(topic)
+            )
         elif field.name in present:
             value = F.col(field.name)
         else:
             value = F.lit(None)
         columns.append(value.cast(field.dataType).alias(field.name))
     extra = [F.col(_LINE)] if _LINE in present else [F.lit(None).cast("string").alias(_LINE)]
-    shaped = frame.select(*columns, F.regexp_replace("source", "^file:", "").alias("source"), "position", *extra)
+    shaped = frame.select(
+        *columns, F.regexp_replace("source", "^file:", "").alias("source"), "position", *extra
+    )
     reasons = [F.when(F.col(name).isNull(), F.lit(f"missing {name}")) for name in REQUIRED]
-    reasons.append(F.when(F.col("topic") != topic, F.concat(F.lit("topic "), F.col("topic"), F.lit(f" in the {topic} segments"))))
+    reasons.append(
+        F.when(
+            F.col("topic") != topic,
+            F.concat(F.lit("topic "), F.col("topic"), F.lit(f" in the {topic} segments")),
+        )
+    )
     if _LINE in present:
-        reasons.insert(0, F.when(F.col("queue_offset").isNull() & F.col("queue_id").isNull(), F.lit("unparsable JSON row")))
+        reasons.insert(
+            0,
+            F.when(
+                F.col("queue_offset").isNull() & F.col("queue_id").isNull(),
+                F.lit("unparsable JSON row"),
+            ),
+        )
     return shaped, F.coalesce(*reasons)
 
 
@@ -120,12 +145,22 @@ def read_segments(spark: SparkSession, half: str, op: str, fmt: str, broker: str
                 *[
                     value.cast(field.dataType).alias(field.name)
                     for value, field in zip(
-                        [F.lit(broker), F.col("source"), F.col("position"), F.lit(topic), F.col("queue_id"),
-                         F.col("queue_offset"), F.col("_reason"), raw],
+                        [
+                            F.lit(broker),
+                            F.col("source"),
+                            F.col("position"),
+                            F.lit(topic),
+                            F.col("queue_id"),
+                            F.col("queue_offset"),
+                            F.col("_reason"),
+                            raw,
+                        ],
                         BAD_RECORD.fields,
                         strict=True,
                     )
                 ]
             )
         )
-    return SegmentRead(messages=good[0].unionByName(good[1]), bad_records=bad[0].unionByName(bad[1]))
+    return SegmentRead(
+        messages=good[0].unionByName(good[1]), bad_records=bad[0].unionByName(bad[1])
+    )

@@ -30,7 +30,12 @@ class JobConfig:
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
             raise InputError(f"check_max must be between 0 and {_INT32_MAX}: {self.check_max}")
-        for name in ("transaction_timeout_ms", "file_reserved_hours", "check_interval_ms", "shuffle_partitions"):
+        for name in (
+            "transaction_timeout_ms",
+            "file_reserved_hours",
+            "check_interval_ms",
+            "shuffle_partitions",
+        ):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
         return self
@@ -46,8 +51,14 @@ def _flatten(document: dict[str, Any], source: str) -> dict[str, Any]:
             if key not in _KNOWN:
                 raise InputError(f"{source}: unknown setting '{section}.{key}'")
             expected = _KNOWN[key]
-            ok = isinstance(value, bool) if expected == "bool" else (
-                isinstance(value, int) and not isinstance(value, bool) if expected == "int" else isinstance(value, str)
+            ok = (
+                isinstance(value, bool)
+                if expected == "bool"
+                else (
+                    isinstance(value, int) and not isinstance(value, bool)
+                    if expected == "int"
+                    else isinstance(value, str)
+                )
             )
             if not ok:
                 raise InputError(f"{source}: '{section}.{key}' must be {expected}: {value!r}")
@@ -69,5 +80,7 @@ def load_config(conf_file: str | None, overrides: dict[str, Any]) -> JobConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not a TOML file ({exc})") from None
         config = replace(config, **_flatten(document, str(source)))
-    config = replace(config, **{key: value for key, value in overrides.items() if value is not None})
+    config = replace(
+        config, **{key: value for key, value in overrides.items() if value is not None}
+    )
     return config.validated()

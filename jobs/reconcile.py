@@ -48,31 +48,53 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reconcile RocketMQ transactional messages offline and write Delta tables.",
     )
     inputs = parser.add_argument_group("inputs (a broker store, or exported segments)")
-    inputs.add_argument("--store", action="append", default=[], metavar="[NAME=]DIR",
-                        help="broker store directory; repeat for several brokers")
+    inputs.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIR",
+        help="broker store directory; repeat for several brokers",
+    )
     inputs.add_argument("--half", help="exported half records (Parquet/JSON/Delta)")
     inputs.add_argument("--op", help="exported op records (Parquet/JSON/Delta)")
     inputs.add_argument("--offsets", help="consumerOffset.json for exported segments")
-    inputs.add_argument("--format", choices=["parquet", "json", "delta"], help="format of --half/--op")
+    inputs.add_argument(
+        "--format", choices=["parquet", "json", "delta"], help="format of --half/--op"
+    )
     inputs.add_argument("--broker", help="broker name of exported segments")
     parser.add_argument("--output", required=True, help="output root: one Delta table per folder")
-    parser.add_argument("--as-of", dest="as_of", help="now | latest | ISO-8601 | epoch ms (default now)")
-    parser.add_argument("--run-id", dest="run_id", help="default: derived from the inputs, T and settings")
+    parser.add_argument(
+        "--as-of", dest="as_of", help="now | latest | ISO-8601 | epoch ms (default now)"
+    )
+    parser.add_argument(
+        "--run-id", dest="run_id", help="default: derived from the inputs, T and settings"
+    )
     parser.add_argument("--conf", help="TOML file overriding conf/default.toml")
     parser.add_argument("--check-max", dest="check_max", type=int)
     parser.add_argument("--transaction-timeout-ms", dest="transaction_timeout_ms", type=int)
     parser.add_argument("--file-reserved-hours", dest="file_reserved_hours", type=int)
     parser.add_argument("--strict", action="store_const", const=True, help="fail on any bad record")
-    parser.add_argument("--include-body", dest="include_body", action="store_const", const=True,
-                        help="keep message bodies in the output (they can hold personal data)")
-    parser.add_argument("--verify-crc", dest="verify_crc", action="store_const", const=True,
-                        help="check each record's body CRC (store input)")
+    parser.add_argument(
+        "--include-body",
+        dest="include_body",
+        action="store_const",
+        const=True,
+        help="keep message bodies in the output (they can hold personal data)",
+    )
+    parser.add_argument(
+        "--verify-crc",
+        dest="verify_crc",
+        action="store_const",
+        const=True,
+        help="check each record's body CRC (store input)",
+    )
     parser.add_argument("--master", help="Spark master when not launched by spark-submit")
     parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
     return parser
 
 
 # -- time -------------------------------------------------------------------------------
+
 
 def parse_as_of(text: str) -> int | str:
     """``now`` and ``latest`` stay symbolic; an ISO-8601 instant or epoch ms becomes epoch ms."""
@@ -83,7 +105,9 @@ def parse_as_of(text: str) -> int | str:
     try:
         instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(f"--as-of must be now, latest, an ISO-8601 instant or epoch ms: {text}") from None
+        raise InputError(
+            f"--as-of must be now, latest, an ISO-8601 instant or epoch ms: {text}"
+        ) from None
     if instant.tzinfo is None:
         raise InputError(f"--as-of needs a time zone (e.g. {text}Z): {text}")
     return int(instant.timestamp() * 1000)
@@ -103,13 +127,24 @@ def resolve_as_of(as_of: int | str, messages: DataFrame) -> int:
 
 def derive_run_id(inputs: Sequence[str], as_of_ms: int, config: JobConfig) -> str:
     """Same inputs, T and settings -> same id, so a rerun replaces its own rows."""
-    settings = {k: v for k, v in asdict(config).items() if k in
-                ("check_max", "transaction_timeout_ms", "file_reserved_hours", "include_body", "verify_crc")}
+    settings = {
+        k: v
+        for k, v in asdict(config).items()
+        if k
+        in (
+            "check_max",
+            "transaction_timeout_ms",
+            "file_reserved_hours",
+            "include_body",
+            "verify_crc",
+        )
+    }
     digest = hashlib.sha256(json.dumps([sorted(inputs), as_of_ms, settings]).encode()).hexdigest()
     return f"r{as_of_ms}-{digest[:12]}"
 
 
 # -- extract ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -121,7 +156,9 @@ class Inputs:
     notes: DataFrame
     identity: list[str]  # for the default run id
     release: Callable[[], None] | None = None  # set when the reader already caches its output
-    unique_offsets: Column | bool | None = None  # records whose queue offset cannot repeat (store reader)
+    unique_offsets: Column | bool | None = (
+        None  # records whose queue offset cannot repeat (store reader)
+    )
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -133,8 +170,15 @@ class Inputs:
             messages.unpersist()
             bad_records.unpersist()
 
-        return Inputs(messages, bad_records, self.committed_offsets, self.notes, self.identity, release,
-                      self.unique_offsets)
+        return Inputs(
+            messages,
+            bad_records,
+            self.committed_offsets,
+            self.notes,
+            self.identity,
+            release,
+            self.unique_offsets,
+        )
 
     def unpersist(self) -> None:
         if self.release is not None:
@@ -146,11 +190,20 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
     from transforms.round import NOTE
 
     specs = [parse_store_arg(arg) for arg in stores]
-    read = read_stores(spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body, lean=True)
+    read = read_stores(
+        spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body, lean=True
+    )
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
-    return Inputs(read.messages, read.bad_records, read.committed_offsets, notes, identity, read.unpersist,
-                  read.unique_offsets)
+    return Inputs(
+        read.messages,
+        read.bad_records,
+        read.committed_offsets,
+        notes,
+        identity,
+        read.unpersist,
+        read.unique_offsets,
+    )
 
 
 def read_segment_inputs(
@@ -168,7 +221,9 @@ def read_segment_inputs(
     read = read_segments(spark, half, op, fmt, broker)
     committed = spark.createDataFrame(committed_rows(broker, table), COMMITTED_OFFSET)
     identity = [f"{fmt}:{broker}:{Path(p).resolve()}" for p in (half, op)] + [f"offsets:{offsets}"]
-    return Inputs(read.messages, read.bad_records, committed, spark.createDataFrame([], NOTE), identity)
+    return Inputs(
+        read.messages, read.bad_records, committed, spark.createDataFrame([], NOTE), identity
+    )
 
 
 def validate_arguments(args: argparse.Namespace) -> None:
@@ -205,6 +260,7 @@ def validate_arguments(args: argparse.Namespace) -> None:
 
 # -- the round for notebooks ----------------------------------------------------------------
 
+
 def _params(config: JobConfig, as_of_ms: int, run_id: str):
     from transforms.params import RoundParams
 
@@ -224,8 +280,12 @@ def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | No
     as_of_ms = resolve_as_of(as_of, inputs.messages)
     run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
     return classify_round(
-        inputs.messages, inputs.committed_offsets, _params(config, as_of_ms, run_id),
-        bad_input=inputs.bad_records, notes=inputs.notes, unique_offsets=inputs.unique_offsets,
+        inputs.messages,
+        inputs.committed_offsets,
+        _params(config, as_of_ms, run_id),
+        bad_input=inputs.bad_records,
+        notes=inputs.notes,
+        unique_offsets=inputs.unique_offsets,
     )
 
 
@@ -278,13 +338,21 @@ def reconcile_segments(
 
 # -- load -----------------------------------------------------------------------------------
 
+
 def _fault_point(table: str) -> None:
     if os.environ.get(FAULT_ENV) == table:
         raise SystemExit(f"fault injected after committing {table} ({FAULT_ENV})")
 
 
-def write_outputs(spark: SparkSession, outputs, run_id: str, output_root: str, include_body: bool,
-                  started: float, progress) -> dict[str, int]:
+def write_outputs(
+    spark: SparkSession,
+    outputs,
+    run_id: str,
+    output_root: str,
+    include_body: bool,
+    started: float,
+    progress,
+) -> dict[str, int]:
     """Create the tables if absent, replace this run's rows in each; offsets last."""
     from connectors.delta import open_output
     from schemas.outputs import CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
@@ -335,9 +403,14 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
 
     when = datetime.fromtimestamp(as_of_ms / 1000).astimezone().isoformat(timespec="milliseconds")
     lines = [f"run {run_id}  as of {as_of_ms} ({when})"]
-    for row in sorted(summary_rows, key=lambda r: (r["broker"], r["queue_id"] if r["queue_id"] is not None else -1)):
+    for row in sorted(
+        summary_rows,
+        key=lambda r: (r["broker"], r["queue_id"] if r["queue_id"] is not None else -1),
+    ):
         classes = "  ".join(f"{name}={row[name]}" for name in CLASSES)
-        lines.append(f"  {row['broker']} queue {row['queue_id']}: {classes}  bad_records={row['bad_records']}")
+        lines.append(
+            f"  {row['broker']} queue {row['queue_id']}: {classes}  bad_records={row['bad_records']}"
+        )
         if row["h0"] is not None:
             lines.append(
                 f"    half offset {row['h0']} -> {row['h1']} (safe {row['h_safe']});"
@@ -345,8 +418,12 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
             )
         for warning in row["warnings"] or []:
             lines.append(f"    warning: {warning}")
-    lines.append(f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>")
-    lines.append(f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.json[.safe]")
+    lines.append(
+        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>"
+    )
+    lines.append(
+        f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.json[.safe]"
+    )
     return "\n".join(lines)
 
 
@@ -365,9 +442,19 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.time() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
 
-    overrides = {key: getattr(args, key) for key in
-                 ("check_max", "transaction_timeout_ms", "file_reserved_hours", "strict", "include_body",
-                  "verify_crc", "as_of", "master")}
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "check_max",
+            "transaction_timeout_ms",
+            "file_reserved_hours",
+            "strict",
+            "include_body",
+            "verify_crc",
+            "as_of",
+            "master",
+        )
+    }
     config = load_config(args.conf, overrides)
     as_of = parse_as_of(config.as_of)
     validate_arguments(args)
@@ -387,7 +474,9 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     if args.store:
         inputs = read_store_inputs(spark, args.store, config)
     else:
-        inputs = read_segment_inputs(spark, args.half, args.op, args.format, args.broker, args.offsets)
+        inputs = read_segment_inputs(
+            spark, args.half, args.op, args.format, args.broker, args.offsets
+        )
     inputs = inputs.persist()
     _phase(spark, "decode")
     records = inputs.messages.count()
@@ -398,7 +487,9 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     params = state.params
     bad = state.bad_records.count()
     pending = state.pending.count()
-    progress(f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records")
+    progress(
+        f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records"
+    )
     if config.strict and bad:
         first = state.bad_records.orderBy("broker", "source", "position").first()
         raise StrictModeError(
@@ -406,8 +497,12 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         )
     outputs = shape_outputs(state)
     _phase(spark, "write")
-    write_outputs(spark, outputs, params.run_id, args.output, config.include_body, started, progress)
-    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]  # one row per queue and topic
+    write_outputs(
+        spark, outputs, params.run_id, args.output, config.include_body, started, progress
+    )
+    offset_rows = [
+        row.asDict() for row in outputs.consume_offsets.collect()
+    ]  # one row per queue and topic
     write_offset_fragments(offset_rows, args.output)
     summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))

@@ -88,8 +88,15 @@ PROPERTY_COLUMNS: dict[str, str] = {
 # round never reads. Converting and caching a map per record was most of the reader's cost.
 # Message columns no step of the round and no output table reads.
 UNUSED_BY_ROUND = (
-    "properties", "stored_size", "sys_flag", "body_crc", "flag", "born_host", "reconsume_times",
-    "prepared_transaction_offset", "magic_version",
+    "properties",
+    "stored_size",
+    "sys_flag",
+    "body_crc",
+    "flag",
+    "born_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "magic_version",
 )
 
 LEAN_MESSAGE = T.StructType(

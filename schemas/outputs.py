@@ -36,13 +36,9 @@ BODY_FIELD = T.StructField("body", T.BinaryType())
 
 CHECK_REQUESTS = T.StructType(HALF_ROW_FIELDS + RUN_COLUMNS)
 
-DISCARDS = T.StructType(
-    HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + RUN_COLUMNS
-)
+DISCARDS = T.StructType(HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + RUN_COLUMNS)
 
-PENDING = T.StructType(
-    HALF_ROW_FIELDS + [T.StructField("status", T.StringType())] + RUN_COLUMNS
-)
+PENDING = T.StructType(HALF_ROW_FIELDS + [T.StructField("status", T.StringType())] + RUN_COLUMNS)
 
 CONSUME_OFFSETS = T.StructType(
     [

@@ -23,15 +23,26 @@ _QUOTED_TEXT_CHARS = 64
 
 
 def _raw_hex(text: Column) -> Column:
-    return F.upper(F.hex(F.substring(F.encode(text, "UTF-8").cast(T.BinaryType()), 1, RAW_HEX_BYTES)))
+    return F.upper(
+        F.hex(F.substring(F.encode(text, "UTF-8").cast(T.BinaryType()), 1, RAW_HEX_BYTES))
+    )
 
 
 def _bad_record(
-    broker: Column, source: Column, position: Column, topic: Column, queue_id: Column,
-    queue_offset: Column, reason: Column, raw_hex: Column,
+    broker: Column,
+    source: Column,
+    position: Column,
+    topic: Column,
+    queue_id: Column,
+    queue_offset: Column,
+    reason: Column,
+    raw_hex: Column,
 ) -> list[Column]:
     values = [broker, source, position, topic, queue_id, queue_offset, reason, raw_hex]
-    return [value.cast(field.dataType).alias(field.name) for value, field in zip(values, BAD_RECORD.fields, strict=True)]
+    return [
+        value.cast(field.dataType).alias(field.name)
+        for value, field in zip(values, BAD_RECORD.fields, strict=True)
+    ]
 
 
 def _quoted(text: Column) -> Column:
@@ -46,8 +57,14 @@ def duplicate_records(marked: DataFrame) -> DataFrame:
     )
     return marked.filter(F.col("duplicate_of").isNotNull()).select(
         *_bad_record(
-            F.col("broker"), F.col("source"), F.col("position"), F.col("topic"), F.col("queue_id"),
-            F.col("queue_offset"), reason, F.lit(None),
+            F.col("broker"),
+            F.col("source"),
+            F.col("position"),
+            F.col("topic"),
+            F.col("queue_id"),
+            F.col("queue_offset"),
+            reason,
+            F.lit(None),
         )
     )
 
@@ -57,8 +74,14 @@ def unparsable_op_items(bad_items: DataFrame, op_topic: str) -> DataFrame:
     reason = F.concat(F.lit("unparsable op body item "), _quoted(F.col(ITEM_TEXT)))
     return bad_items.select(
         *_bad_record(
-            F.col("broker"), F.col("source"), F.col("position"), F.lit(op_topic), F.col("queue_id"),
-            F.col(OP_OFFSET), reason, _raw_hex(F.col(ITEM_TEXT)),
+            F.col("broker"),
+            F.col("source"),
+            F.col("position"),
+            F.lit(op_topic),
+            F.col("queue_id"),
+            F.col(OP_OFFSET),
+            reason,
+            _raw_hex(F.col(ITEM_TEXT)),
         )
     )
 
@@ -76,12 +99,17 @@ _CHECKED_PROPERTIES: tuple[tuple[str, str, object], ...] = (
 def unparsable_properties(half: DataFrame) -> DataFrame:
     """One bad record per unparsable counter, immunity, REAL_QID or prepared offset of a
     half record (``half`` carries the ``*_raw`` columns of ``with_half_fields``)."""
-    problem = T.StructType([T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType())])
+    problem = T.StructType(
+        [T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType())]
+    )
     problems = F.array(
         *[
             F.when(
                 is_unparsable(F.col(raw), parser(F.col(raw))),  # type: ignore[operator]
-                F.struct(F.concat(F.lit(f"unparsable {name} "), _quoted(F.col(raw))).alias("reason"), F.col(raw).alias("raw")),
+                F.struct(
+                    F.concat(F.lit(f"unparsable {name} "), _quoted(F.col(raw))).alias("reason"),
+                    F.col(raw).alias("raw"),
+                ),
             ).cast(problem)
             for name, raw, parser in _CHECKED_PROPERTIES
         ]
@@ -93,12 +121,25 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
         suspect = suspect | is_unparsable(F.col(raw), parser(F.col(raw)))  # type: ignore[operator]
     return (
         half.filter(suspect)
-        .select("broker", "source", "position", "topic", "queue_id", "queue_offset",
-                F.explode(F.filter(problems, lambda p: p.isNotNull())).alias("problem"))
+        .select(
+            "broker",
+            "source",
+            "position",
+            "topic",
+            "queue_id",
+            "queue_offset",
+            F.explode(F.filter(problems, lambda p: p.isNotNull())).alias("problem"),
+        )
         .select(
             *_bad_record(
-                F.col("broker"), F.col("source"), F.col("position"), F.col("topic"), F.col("queue_id"),
-                F.col("queue_offset"), F.col("problem.reason"), _raw_hex(F.col("problem.raw")),
+                F.col("broker"),
+                F.col("source"),
+                F.col("position"),
+                F.col("topic"),
+                F.col("queue_id"),
+                F.col("queue_offset"),
+                F.col("problem.reason"),
+                _raw_hex(F.col("problem.raw")),
             )
         )
     )

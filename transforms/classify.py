@@ -31,7 +31,9 @@ def effective_immunity_ms(params: RoundParams) -> Column:
         & (seconds != _NO_IMMUNITY)
         & seconds.between(-_MAX_IMMUNITY_SECONDS, _MAX_IMMUNITY_SECONDS)
     )
-    return F.when(usable, seconds * 1000).otherwise(F.lit(params.transaction_timeout_ms).cast("long"))
+    return F.when(usable, seconds * 1000).otherwise(
+        F.lit(params.transaction_timeout_ms).cast("long")
+    )
 
 
 def reached_check_max(params: RoundParams) -> Column:
@@ -51,9 +53,7 @@ def is_too_young(params: RoundParams) -> Column:
     a negative age is checked, like the broker's ``age <= -1`` clause)."""
     age = exact_age(params)
     return (
-        F.col("immunity_raw").isNull()
-        & (age >= 0)
-        & (age < F.lit(params.transaction_timeout_ms))
+        F.col("immunity_raw").isNull() & (age >= 0) & (age < F.lit(params.transaction_timeout_ms))
     )
 
 

@@ -121,9 +121,13 @@ def _ipv6_hex(address: Column) -> Column:
 
     missing = F.lit(8) - F.size(groups(left)) - F.size(groups(right))
     filler = F.when(has_gap, F.array_repeat(F.lit("0"), F.greatest(missing, F.lit(0))))
-    expanded = F.concat(groups(left), F.coalesce(filler, F.array().cast("array<string>")), groups(right))
+    expanded = F.concat(
+        groups(left), F.coalesce(filler, F.array().cast("array<string>")), groups(right)
+    )
     valid = (F.size(expanded) == 8) & F.forall(expanded, lambda g: g.rlike(r"\A[0-9A-Fa-f]{1,4}\z"))
-    return F.when(valid, F.array_join(F.transform(expanded, lambda g: F.lpad(F.upper(g), 4, "0")), ""))
+    return F.when(
+        valid, F.array_join(F.transform(expanded, lambda g: F.lpad(F.upper(g), 4, "0")), "")
+    )
 
 
 def offset_msg_id(store_host: Column, commitlog_offset: Column) -> Column:

@@ -49,15 +49,23 @@ def _start(committed: Column, smallest: Column, end: Column) -> Column:
     )
 
 
-def _warning(topic: Column, queue_id: Column, committed: Column, smallest: Column, end: Column) -> Column:
+def _warning(
+    topic: Column, queue_id: Column, committed: Column, smallest: Column, end: Column
+) -> Column:
     where = F.concat_ws(" ", topic, F.lit("queue"), queue_id.cast("string"))
     below = F.format_string(
         "%s: committed offset %d is below the smallest available offset %d; starting at %d",
-        where, committed, smallest, smallest,
+        where,
+        committed,
+        smallest,
+        smallest,
     )
     beyond = F.format_string(
         "%s: committed offset %d is beyond the queue's end %d at the as-of time; starting at %d",
-        where, committed, end, end,
+        where,
+        committed,
+        end,
+        end,
     )
     return F.when(smallest.isNotNull() & (committed < smallest), below).when(
         smallest.isNotNull() & (committed > end), beyond
@@ -80,9 +88,9 @@ def start_offsets(domain: DataFrame, bounds: DataFrame, committed: DataFrame) ->
         "committed",
         start.alias("start"),
         F.coalesce(F.col("end"), start).alias("end"),
-        _warning(F.col("topic"), F.col("queue_id"), F.col("committed"), F.col("smallest"), F.col("end")).alias(
-            "warning"
-        ),
+        _warning(
+            F.col("topic"), F.col("queue_id"), F.col("committed"), F.col("smallest"), F.col("end")
+        ).alias("warning"),
     )
 
 

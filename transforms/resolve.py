@@ -51,16 +51,24 @@ def resolved_transactions(
         # Renamed so that the join conditions name each side unambiguously (both sides may
         # come from the same cached records).
         naming = named.select(
-            F.col("broker").alias("_named_broker"), F.col("queue_id").alias("_named_queue"), HALF_OFFSET
+            F.col("broker").alias("_named_broker"),
+            F.col("queue_id").alias("_named_queue"),
+            HALF_OFFSET,
         )
-        same_queue = (F.col("_named_broker") == F.col("broker")) & (F.col("_named_queue") == F.col("queue_id"))
+        same_queue = (F.col("_named_broker") == F.col("broker")) & (
+            F.col("_named_queue") == F.col("queue_id")
+        )
         rule_1 = naming.join(copies, same_queue & (F.col(HALF_OFFSET) == F.col("queue_offset")))
-        rule_2 = naming.join(copies, same_queue & (F.col(HALF_OFFSET) == F.col("prepared_queue_offset")))
+        rule_2 = naming.join(
+            copies, same_queue & (F.col(HALF_OFFSET) == F.col("prepared_queue_offset"))
+        )
         return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()
     by_offset = named.withColumnRenamed(HALF_OFFSET, "queue_offset")
     by_prepared = named.withColumnRenamed(HALF_OFFSET, "prepared_queue_offset")
     rule_1 = half.join(by_offset, ["broker", "queue_id", "queue_offset"], how="left_semi")
-    rule_2 = half.join(by_prepared, ["broker", "queue_id", "prepared_queue_offset"], how="left_semi")
+    rule_2 = half.join(
+        by_prepared, ["broker", "queue_id", "prepared_queue_offset"], how="left_semi"
+    )
     return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()
 
 

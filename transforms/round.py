@@ -91,7 +91,11 @@ class RoundState:
     def persist(self) -> RoundState:
         """Materialise the shared record-level state once (a job writes six tables from it)."""
         return RoundState(
-            self.pending.persist(), self.queues, self.bad_records.persist(), self.params, self.cached
+            self.pending.persist(),
+            self.queues,
+            self.bad_records.persist(),
+            self.params,
+            self.cached,
         )
 
     def unpersist(self) -> None:
@@ -145,8 +149,10 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     """p1 and p_safe per queue: the first op offset >= p0 that is missing or not done
     (with h1, resp. h_safe), else the op queue's end."""
     window = queues.select(*QUEUE_KEY, "p0", "op_end", "h1", "h_safe")
-    ahead = ops.select(*QUEUE_KEY, "queue_offset").join(F.broadcast(window), QUEUE_KEY).filter(
-        F.col("queue_offset") >= F.col("p0")
+    ahead = (
+        ops.select(*QUEUE_KEY, "queue_offset")
+        .join(F.broadcast(window), QUEUE_KEY)
+        .filter(F.col("queue_offset") >= F.col("p0"))
     )
     # Only op records from p0 on matter: aggregate their items, not the whole op queue's.
     items_ahead = (
@@ -158,13 +164,21 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     with_largest = ahead.join(largest, [*QUEUE_KEY, "queue_offset"], how="left")
     first = with_largest.groupBy(*QUEUE_KEY).agg(
         F.min("queue_offset").alias("first_present"),
-        F.min(F.when(F.col("max_named") >= F.col("h1"), F.col("queue_offset"))).alias("first_not_done"),
-        F.min(F.when(F.col("max_named") >= F.col("h_safe"), F.col("queue_offset"))).alias("first_not_done_safe"),
+        F.min(F.when(F.col("max_named") >= F.col("h1"), F.col("queue_offset"))).alias(
+            "first_not_done"
+        ),
+        F.min(F.when(F.col("max_named") >= F.col("h_safe"), F.col("queue_offset"))).alias(
+            "first_not_done_safe"
+        ),
     )
     # A gap inside [p0, end): an offset whose predecessor is present and which is not.
-    successors = ahead.select(*QUEUE_KEY, (F.col("queue_offset") + 1).alias("queue_offset"), "op_end")
+    successors = ahead.select(
+        *QUEUE_KEY, (F.col("queue_offset") + 1).alias("queue_offset"), "op_end"
+    )
     gaps = (
-        successors.join(ahead.select(*QUEUE_KEY, "queue_offset"), [*QUEUE_KEY, "queue_offset"], how="left_anti")
+        successors.join(
+            ahead.select(*QUEUE_KEY, "queue_offset"), [*QUEUE_KEY, "queue_offset"], how="left_anti"
+        )
         .filter(F.col("queue_offset") < F.col("op_end"))
         .groupBy(*QUEUE_KEY)
         .agg(F.min("queue_offset").alias("first_gap"))
@@ -259,7 +273,11 @@ def classify_round(
     op_items = explode_op_items(ops).persist(StorageLevel.MEMORY_AND_DISK)
 
     bounds = queue_bounds(readable, as_of)
-    starts = localize(queue_starts(start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets)))
+    starts = localize(
+        queue_starts(
+            start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets)
+        )
+    )
 
     # Only records from h0 on can be classified, and only their transactions need
     # resolving: the round resolves those few transactions instead of the whole queue.
@@ -270,7 +288,8 @@ def classify_round(
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     unresolved = unresolved_half(
-        from_h0, resolved_transactions(half, named_offsets(op_items), of=from_h0, small=_is_small(from_h0))
+        from_h0,
+        resolved_transactions(half, named_offsets(op_items), of=from_h0, small=_is_small(from_h0)),
     )
     # Cached because the stop offsets are aggregated from them before the statuses are
     # assigned.
@@ -294,8 +313,14 @@ def classify_round(
     )
 
     per_status = pending.groupBy(*QUEUE_KEY).agg(
-        *[F.count(F.when(F.col("status") == name, 1)).alias(name) for name in CLASSES if name != RESOLVED],
-        F.min(F.when(F.col("status").isin(CHECK, IMMUNE), F.col("queue_offset"))).alias("first_put_back"),
+        *[
+            F.count(F.when(F.col("status") == name, 1)).alias(name)
+            for name in CLASSES
+            if name != RESOLVED
+        ],
+        F.min(F.when(F.col("status").isin(CHECK, IMMUNE), F.col("queue_offset"))).alias(
+            "first_put_back"
+        ),
     )
     with_safe = localize(
         with_h1.join(per_status, QUEUE_KEY, how="left").withColumn(
@@ -349,13 +374,22 @@ def classify_round(
         .join(queue_notes, QUEUE_KEY, how="full")
         .withColumn("queue_id", F.when(F.col("queue_id") != _UNKNOWN_QUEUE, F.col("queue_id")))
     )
-    counts = {name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in CLASSES if name != RESOLVED}
+    counts = {
+        name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in CLASSES if name != RESOLVED
+    }
     resolved = F.coalesce(F.col("in_window"), F.lit(0)) - sum(
         (counts[name] for name in (CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED)), F.lit(0)
     )
     queues = queues.select(
         *QUEUE_KEY,
-        "h_committed", "h0", "h1", "h_safe", "p_committed", "p0", "p1", "p_safe",
+        "h_committed",
+        "h0",
+        "h1",
+        "h_safe",
+        "p_committed",
+        "p0",
+        "p1",
+        "p_safe",
         F.when(F.col("h0").isNotNull(), resolved).otherwise(F.lit(0)).cast("long").alias(RESOLVED),
         *[column.alias(name) for name, column in counts.items()],
         F.coalesce(F.col("bad_records"), F.lit(0)).cast("long").alias("bad_records"),
@@ -365,7 +399,10 @@ def classify_round(
         ).alias("warnings"),
     )
     return RoundState(
-        pending=pending, queues=localize(queues), bad_records=bad_records, params=params,
+        pending=pending,
+        queues=localize(queues),
+        bad_records=bad_records,
+        params=params,
         cached=(candidates, from_h0, op_items, bad_records, *cached_records),
     )
 
@@ -394,18 +431,29 @@ def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> 
 
 
 def _run_columns(params: RoundParams) -> list[Column]:
-    return [F.lit(params.run_id).alias("run_id"), F.lit(params.as_of_ms).cast("long").alias("as_of_ms")]
+    return [
+        F.lit(params.run_id).alias("run_id"),
+        F.lit(params.as_of_ms).cast("long").alias("as_of_ms"),
+    ]
 
 
 def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
     per_topic = F.explode(
         F.array(
-            F.struct(F.lit(HALF_TOPIC).alias("topic"), F.col("h_committed").alias("offset_committed"),
-                     F.col("h0").alias("offset_before"), F.col("h1").alias("offset_after"),
-                     F.col("h_safe").alias("offset_safe")),
-            F.struct(F.lit(OP_TOPIC).alias("topic"), F.col("p_committed").alias("offset_committed"),
-                     F.col("p0").alias("offset_before"), F.col("p1").alias("offset_after"),
-                     F.col("p_safe").alias("offset_safe")),
+            F.struct(
+                F.lit(HALF_TOPIC).alias("topic"),
+                F.col("h_committed").alias("offset_committed"),
+                F.col("h0").alias("offset_before"),
+                F.col("h1").alias("offset_after"),
+                F.col("h_safe").alias("offset_safe"),
+            ),
+            F.struct(
+                F.lit(OP_TOPIC).alias("topic"),
+                F.col("p_committed").alias("offset_committed"),
+                F.col("p0").alias("offset_before"),
+                F.col("p1").alias("offset_after"),
+                F.col("p_safe").alias("offset_safe"),
+            ),
         )
     ).alias("row")
     rows = queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, per_topic)
@@ -427,7 +475,9 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
     params = state.params
     run = _run_columns(params)
     pending = state.pending
-    discard_reason = F.when(F.col("status") == DISCARD_CHECK_MAX, REASON_CHECK_MAX).otherwise(REASON_EXPIRED)
+    discard_reason = F.when(F.col("status") == DISCARD_CHECK_MAX, REASON_CHECK_MAX).otherwise(
+        REASON_EXPIRED
+    )
     check_requests = _half_rows(pending.filter(F.col("status") == CHECK), params, run)
     discards = _half_rows(
         pending.filter(F.col("status").isin(DISCARD_CHECK_MAX, DISCARD_EXPIRED)),
@@ -436,7 +486,16 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
     )
     pending_rows = _half_rows(pending, params, [F.col("status"), *run])
     summary = state.queues.select(
-        *QUEUE_KEY, "h0", "h1", "h_safe", "p0", "p1", "p_safe", *CLASSES, "bad_records", "warnings",
+        *QUEUE_KEY,
+        "h0",
+        "h1",
+        "h_safe",
+        "p0",
+        "p1",
+        "p_safe",
+        *CLASSES,
+        "bad_records",
+        "warnings",
         F.lit(None).cast("long").alias("written_at_ms"),
         F.lit(None).cast("long").alias("duration_ms"),
         *run,

@@ -218,8 +218,14 @@ def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         off_dtype = np.int32
     buffers = array.buffers()
     n = len(array)
-    offsets = np.frombuffer(buffers[1], dtype=off_dtype, count=n + 1, offset=array.offset * np.dtype(off_dtype).itemsize).astype(np.int64)
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(
+        buffers[1], dtype=off_dtype, count=n + 1, offset=array.offset * np.dtype(off_dtype).itemsize
+    ).astype(np.int64)
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
     return offsets, data
 
 
@@ -229,7 +235,9 @@ def _as_utf8(binary: pa.Array) -> pa.Array:
     try:
         return binary.cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowException):
-        values = [None if v is None else v.decode("utf-8", errors="replace") for v in binary.to_pylist()]
+        values = [
+            None if v is None else v.decode("utf-8", errors="replace") for v in binary.to_pylist()
+        ]
         return pa.array(values, type=pa.string())
 
 
@@ -248,7 +256,9 @@ def java_string_hash(strings: pa.Array) -> np.ndarray:
     """Java ``String.hashCode()`` of each value (int32; 0 for null or empty), vectorised for
     ASCII values; other values (UTF-16 code units differ from bytes) are hashed one by one."""
     if isinstance(strings, pa.ChunkedArray):
-        strings = pa.concat_arrays(strings.chunks) if strings.num_chunks else pa.array([], pa.string())
+        strings = (
+            pa.concat_arrays(strings.chunks) if strings.num_chunks else pa.array([], pa.string())
+        )
     n = len(strings)
     out = np.zeros(n, dtype=np.int64)
     if n == 0:
@@ -267,7 +277,11 @@ def java_string_hash(strings: pa.Array) -> np.ndarray:
             powers[i] = (powers[i - 1] * np.uint64(31)) & np.uint64(0xFFFFFFFF)
         terms = (seg * powers[exponent]) & np.uint64(0xFFFFFFFF)
         nonempty = lengths > 0
-        sums = np.add.reduceat(terms, (offsets[:-1] - offsets[0])[nonempty]) if nonempty.any() else np.zeros(0, np.uint64)
+        sums = (
+            np.add.reduceat(terms, (offsets[:-1] - offsets[0])[nonempty])
+            if nonempty.any()
+            else np.zeros(0, np.uint64)
+        )
         out[nonempty] = (sums & np.uint64(0xFFFFFFFF)).astype(np.int64)
         non_ascii = np.zeros(n, dtype=bool)
         high = np.flatnonzero(data[offsets[0] : offsets[-1]] >= 0x80)
@@ -294,7 +308,9 @@ def format_hosts(addr: np.ndarray, port: np.ndarray, is_v6: np.ndarray) -> pa.Ar
     packed[~is_v6, 4:16] = 0
     packed[:, 16:20] = _to_be_bytes(port, 4)
     packed[:, 20] = is_v6
-    keys = pa.Array.from_buffers(pa.binary(21), n, [None, pa.py_buffer(np.ascontiguousarray(packed))])
+    keys = pa.Array.from_buffers(
+        pa.binary(21), n, [None, pa.py_buffer(np.ascontiguousarray(packed))]
+    )
     encoded = pc.dictionary_encode(keys)  # hash-based: one pass, no sort
     texts = []
     for key in encoded.dictionary.to_pylist():
@@ -361,7 +377,9 @@ def decode_properties(
     map_type = pa.map_(pa.string(), pa.string())
     if n == 0:
         empty = pa.array([], type=pa.string())
-        return ({name: empty for name in names} if names is not None else pa.array([], type=map_type)), empty
+        return (
+            {name: empty for name in names} if names is not None else pa.array([], type=map_type)
+        ), empty
     props = props.fill_null(b"")
     if props.type != pa.binary():
         props = props.cast(pa.binary())
@@ -370,7 +388,9 @@ def decode_properties(
     seg_rec = pc.list_parent_indices(parts).to_numpy(zero_copy_only=False).astype(np.int64)
     seg_off, region = _binary_parts(segments)
     seg_len = np.diff(seg_off)
-    first = pc.find_substring(segments, pattern=b"\x01").to_numpy(zero_copy_only=False).astype(np.int64)
+    first = (
+        pc.find_substring(segments, pattern=b"\x01").to_numpy(zero_copy_only=False).astype(np.int64)
+    )
     # A kept segment has a non-empty name before its first 0x01 and a non-empty value after.
     keep = (first > 0) & (first < seg_len - 1)
     seg_rec = seg_rec[keep]
@@ -440,7 +460,9 @@ def encode_properties(props: pa.Array, *, trailing_separator: bool = True) -> pa
     n = len(props)
     if n == 0:
         return pa.array([], type=pa.binary())
-    offsets = np.frombuffer(props.buffers()[1], dtype=np.int32, count=n + 1, offset=props.offset * 4).astype(np.int64)
+    offsets = np.frombuffer(
+        props.buffers()[1], dtype=np.int32, count=n + 1, offset=props.offset * 4
+    ).astype(np.int64)
     if props.null_count:
         valid = np.asarray(props.is_valid().to_numpy(zero_copy_only=False))
     else:
@@ -483,7 +505,9 @@ def decode_cq_entries(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """(commit-log offset int64, size int64, tags code int64) of the whole 20-byte entries in
     ``raw`` (a trailing partial entry is ignored: see ``len(raw) % 20``)."""
     count = len(raw) // CQ_ENTRY_SIZE
-    entries = np.frombuffer(np.ascontiguousarray(raw[: count * CQ_ENTRY_SIZE]).tobytes(), dtype=CQ_DTYPE)
+    entries = np.frombuffer(
+        np.ascontiguousarray(raw[: count * CQ_ENTRY_SIZE]).tobytes(), dtype=CQ_DTYPE
+    )
     return (
         entries["offset"].astype(np.int64),
         entries["size"].astype(np.int64),
@@ -543,13 +567,17 @@ def walk_records(buf: np.ndarray, start: int = 0) -> Walk:
     else:
         if pos < length and np.any(np.asarray(buf[pos:length]) != 0):
             error = f"truncated record header ({length - pos} bytes left in the file)"
-    return Walk(np.frombuffer(found, dtype=np.int64).copy() if found else np.zeros(0, np.int64), pos, error)
+    return Walk(
+        np.frombuffer(found, dtype=np.int64).copy() if found else np.zeros(0, np.int64), pos, error
+    )
 
 
 # Status codes of a position.
 OK = 0
 NOT_A_RECORD = (1, 2, 3, 4)  # the position holds no record start at all
-ST_TRUNCATED, ST_BLANK, ST_EMPTY, ST_MAGIC, ST_SIZE, ST_LENGTHS, ST_PHYS, ST_CRC, ST_COMPRESSION = range(1, 10)
+ST_TRUNCATED, ST_BLANK, ST_EMPTY, ST_MAGIC, ST_SIZE, ST_LENGTHS, ST_PHYS, ST_CRC, ST_COMPRESSION = (
+    range(1, 10)
+)
 
 
 @dataclass
@@ -673,7 +701,9 @@ def topic_matches(buf: np.ndarray, layout: Layout, topic: str) -> np.ndarray:
     return mask
 
 
-def _reason(layout: Layout, i: int, code: int, buf_len: int, file_offset: int, extra: str = "") -> str:
+def _reason(
+    layout: Layout, i: int, code: int, buf_len: int, file_offset: int, extra: str = ""
+) -> str:
     total = int(layout.total[i])
     pos = int(layout.pos[i])
     if code == ST_TRUNCATED:
@@ -779,7 +809,9 @@ def lean_record_schema(property_columns: Mapping[str, str], drop: Iterable[str] 
     without the ``drop`` columns."""
     unwanted = {"properties", *drop}
     fields = [f for f in RECORD_SCHEMA if f.name not in unwanted]
-    return pa.schema(fields + [pa.field(column, pa.string()) for column in property_columns.values()])
+    return pa.schema(
+        fields + [pa.field(column, pa.string()) for column in property_columns.values()]
+    )
 
 
 @dataclass
@@ -841,23 +873,35 @@ def decode_records(
             crc = zlib.crc32(view[s : s + int(lo.body_len[j])]) & 0x7FFFFFFF
             if crc != int(lo.body_crc[j]):
                 status[ok[j]] = ST_CRC
-                extra[int(ok[j])] = f"body CRC mismatch: stored {int(lo.body_crc[j])}, computed {crc}"
+                extra[int(ok[j])] = (
+                    f"body CRC mismatch: stored {int(lo.body_crc[j])}, computed {crc}"
+                )
     # Bodies: slices of the file, compressed ones replaced by their decompressed bytes.
     if body_topics is None:
         want = np.ones(len(ok), dtype=bool)
     else:
         want_topics = pa.array(sorted(set(body_topics)), type=pa.string())
-        want = pc.is_in(topics, value_set=want_topics).to_numpy(zero_copy_only=False).astype(bool) if len(ok) else np.zeros(0, bool)
-    compressed = np.flatnonzero(((lo.sys_flag & COMPRESSED_FLAG) != 0) & (lo.body_len > 0) & (status[ok] == OK))
+        want = (
+            pc.is_in(topics, value_set=want_topics).to_numpy(zero_copy_only=False).astype(bool)
+            if len(ok)
+            else np.zeros(0, bool)
+        )
+    compressed = np.flatnonzero(
+        ((lo.sys_flag & COMPRESSED_FLAG) != 0) & (lo.body_len > 0) & (status[ok] == OK)
+    )
     replacement: dict[int, bytes] = {}
     if len(compressed):
         view = memoryview(buf)
         for j in compressed:
             s = int(lo.body_start[j])
             try:
-                replacement[int(j)] = decompress_body(bytes(view[s : s + int(lo.body_len[j])]), int(lo.sys_flag[j]))
+                replacement[int(j)] = decompress_body(
+                    bytes(view[s : s + int(lo.body_len[j])]), int(lo.sys_flag[j])
+                )
             except ValueError as exc:
-                codec = CODEC_NAMES.get((int(lo.sys_flag[j]) >> COMPRESSION_SHIFT) & 7, "unknown codec")
+                codec = CODEC_NAMES.get(
+                    (int(lo.sys_flag[j]) >> COMPRESSION_SHIFT) & 7, "unknown codec"
+                )
                 status[ok[j]] = ST_COMPRESSION
                 extra[int(ok[j])] = f"cannot decompress body ({codec}): {exc}"
     body_len = np.where(want, lo.body_len, 0)
@@ -874,8 +918,16 @@ def decode_records(
     props, tags = decode_properties(slices(buf, lo.props_start, lo.props_len), names)
     born_v6 = (lo.sys_flag & BORNHOST_V6_FLAG) != 0
     store_v6 = (lo.sys_flag & STOREHOST_V6_FLAG) != 0
-    born_port = np.where(born_v6, _be(lo.born, 16, 4), _be(lo.born, 4, 4)) if len(ok) else np.zeros(0, np.int64)
-    store_port = np.where(store_v6, _be(lo.store, 16, 4), _be(lo.store, 4, 4)) if len(ok) else np.zeros(0, np.int64)
+    born_port = (
+        np.where(born_v6, _be(lo.born, 16, 4), _be(lo.born, 4, 4))
+        if len(ok)
+        else np.zeros(0, np.int64)
+    )
+    store_port = (
+        np.where(store_v6, _be(lo.store, 16, 4), _be(lo.store, 4, 4))
+        if len(ok)
+        else np.zeros(0, np.int64)
+    )
     table = pa.table(
         {
             "topic": topics,
@@ -897,9 +949,15 @@ def decode_records(
             "body": bodies,
             "magic_version": pa.array(np.where(lo.magic == MAGIC_CODE_V2, 2, 1).astype(np.int32)),
             "position": pa.array(lo.pos),
-            **({column: props[name] for name, column in property_columns.items()} if property_columns is not None else {}),
+            **(
+                {column: props[name] for name, column in property_columns.items()}
+                if property_columns is not None
+                else {}
+            ),
         },
-        schema=RECORD_SCHEMA if property_columns is None else lean_record_schema(property_columns, drop_columns),
+        schema=RECORD_SCHEMA
+        if property_columns is None
+        else lean_record_schema(property_columns, drop_columns),
     )
     final_ok = status[ok] == OK
     if not final_ok.all():
@@ -937,7 +995,13 @@ def raw_hex(buf: np.ndarray, position: int, limit: int = 64) -> str:
 # --- commit log: encoding ---------------------------------------------------------------------------
 
 
-def record_sizes(sys_flag: np.ndarray, body_len: np.ndarray, topic_len: np.ndarray, props_len: np.ndarray, magic_version: np.ndarray) -> np.ndarray:
+def record_sizes(
+    sys_flag: np.ndarray,
+    body_len: np.ndarray,
+    topic_len: np.ndarray,
+    props_len: np.ndarray,
+    magic_version: np.ndarray,
+) -> np.ndarray:
     """TOTALSIZE of records with these fields (RocketMQ ``calMsgLength``)."""
     born = np.where(sys_flag & BORNHOST_V6_FLAG, 20, 8)
     store = np.where(sys_flag & STOREHOST_V6_FLAG, 20, 8)

@@ -55,7 +55,9 @@ def parse_consumer_offsets(text: str, source: str = "consumerOffset.json") -> Of
     try:
         document = json.loads(_quote_integer_keys(text))
     except json.JSONDecodeError as exc:
-        raise InputError(f"{source}: not a consumerOffset.json file ({exc.msg} at line {exc.lineno})") from None
+        raise InputError(
+            f"{source}: not a consumerOffset.json file ({exc.msg} at line {exc.lineno})"
+        ) from None
     if not isinstance(document, dict) or not isinstance(document.get("offsetTable"), dict):
         raise InputError(f"{source}: no 'offsetTable' object in the offsets file")
     table: OffsetTable = {}
@@ -67,9 +69,13 @@ def parse_consumer_offsets(text: str, source: str = "consumerOffset.json") -> Of
             try:
                 queue_id = int(queue_key)
             except ValueError:
-                raise InputError(f"{source}: queue id '{queue_key}' of '{topic_group}' is not an integer") from None
+                raise InputError(
+                    f"{source}: queue id '{queue_key}' of '{topic_group}' is not an integer"
+                ) from None
             if isinstance(offset, bool) or not isinstance(offset, int):
-                raise InputError(f"{source}: offset of '{topic_group}' queue {queue_id} is not an integer: {offset!r}")
+                raise InputError(
+                    f"{source}: offset of '{topic_group}' queue {queue_id} is not an integer: {offset!r}"
+                )
             if not (0 <= offset < 2**63 and 0 <= queue_id < 2**31):
                 raise InputError(
                     f"{source}: offset or queue id out of range in '{topic_group}' queue {queue_id}: {offset}"
@@ -121,7 +127,9 @@ def format_consumer_offsets(table: Mapping[str, Mapping[int, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_consumer_offsets(path: str | os.PathLike[str], table: Mapping[str, Mapping[int, int]]) -> None:
+def write_consumer_offsets(
+    path: str | os.PathLike[str], table: Mapping[str, Mapping[int, int]]
+) -> None:
     """Write an offsets file atomically (temporary file, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,10 @@ CHUNK_BYTES = 64 << 20
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
 
 # One pass produces both readable records and bad records.
-_PROBLEM_FIELDS = [T.StructField("reason", T.StringType()), T.StructField("raw_hex", T.StringType())]
+_PROBLEM_FIELDS = [
+    T.StructField("reason", T.StringType()),
+    T.StructField("raw_hex", T.StringType()),
+]
 COMBINED = T.StructType([*SOURCED_MESSAGE.fields, *_PROBLEM_FIELDS])
 # The job's lean path: the properties the round reads as columns, no map (LEAN_MESSAGE).
 LEAN_COMBINED = T.StructType([*LEAN_MESSAGE.fields, *_PROBLEM_FIELDS])
@@ -121,7 +124,9 @@ def validate_store(spec: StoreSpec) -> None:
     if not root.is_dir():
         raise InputError(f"{root}: not a directory")
     if not (root / "commitlog").is_dir() and not (root / "consumequeue").is_dir():
-        raise InputError(f"{root}: not a RocketMQ store (neither commitlog/ nor consumequeue/ found)")
+        raise InputError(
+            f"{root}: not a RocketMQ store (neither commitlog/ nor consumequeue/ found)"
+        )
 
 
 # --- result --------------------------------------------------------------------------------------
@@ -238,14 +243,22 @@ def list_commitlog(root: Path) -> tuple[tuple[CommitLogFile, ...], list[str]]:
     return tuple(result), other
 
 
-def plan_store(spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offsets: dict | None = None) -> tuple[list[Unit], list[tuple[str, int | None, str]]]:
+def plan_store(
+    spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offsets: dict | None = None
+) -> tuple[list[Unit], list[tuple[str, int | None, str]]]:
     """Units of work and notes for one store (file names and sizes only are read)."""
     root = spec.root
     broker = spec.broker
     notes: list[tuple[str, int | None, str]] = []
     commitlog, other = list_commitlog(root)
     if other:
-        notes.append((broker, None, f"commitlog/: ignored {len(other)} file(s) not named by an offset: {', '.join(other[:5])}"))
+        notes.append(
+            (
+                broker,
+                None,
+                f"commitlog/: ignored {len(other)} file(s) not named by an offset: {', '.join(other[:5])}",
+            )
+        )
     present: dict[str, dict[int, list[tuple[str, int, int]]]] = {}
     for topic in topics:
         queues: dict[int, list[tuple[str, int, int]]] = {}
@@ -270,14 +283,31 @@ def plan_store(spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offs
                 rel = f"consumequeue/{topic}/{queue_id}/{name}"
                 for begin in range(0, entries, TASK_ENTRIES):
                     units.append(
-                        QueueUnit(broker, str(root), topic, queue_id, rel, start, begin, min(entries, begin + TASK_ENTRIES), size, commitlog)
+                        QueueUnit(
+                            broker,
+                            str(root),
+                            topic,
+                            queue_id,
+                            rel,
+                            start,
+                            begin,
+                            min(entries, begin + TASK_ENTRIES),
+                            size,
+                            commitlog,
+                        )
                     )
 
     wanted: list[tuple[str, int | None]] = []
     if not any(present[t] for t in topics) and not committed:
         wanted = [(t, None) for t in topics]
         if commitlog:
-            notes.append((broker, None, f"no consume queue for {', '.join(topics)}: queues rebuilt by scanning the commit log"))
+            notes.append(
+                (
+                    broker,
+                    None,
+                    f"no consume queue for {', '.join(topics)}: queues rebuilt by scanning the commit log",
+                )
+            )
     else:
         for topic in topics:
             expected = set(present[topic])
@@ -288,7 +318,13 @@ def plan_store(spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offs
                 expected |= committed
             for queue_id in sorted(expected - set(present[topic])):
                 wanted.append((topic, queue_id))
-                notes.append((broker, queue_id, f"consume queue consumequeue/{topic}/{queue_id} missing: queue rebuilt from the commit log"))
+                notes.append(
+                    (
+                        broker,
+                        queue_id,
+                        f"consume queue consumequeue/{topic}/{queue_id} missing: queue rebuilt from the commit log",
+                    )
+                )
     if wanted:
         units.extend(ScanUnit(broker, str(root), f, tuple(wanted)) for f in commitlog)
     if not commitlog and any(present[t] for t in topics):
@@ -326,13 +362,18 @@ def unique_offset_queues(units: Sequence[Unit]) -> list[tuple[str, str, int]]:
         if isinstance(unit, ScanUnit):
             scanned.update((unit.broker, topic, queue_id) for topic, queue_id in unit.wanted)
         else:
-            spans.setdefault((unit.broker, unit.topic, unit.queue_id), set()).add((unit.cq_start, unit.cq_size))
+            spans.setdefault((unit.broker, unit.topic, unit.queue_id), set()).add(
+                (unit.cq_start, unit.cq_size)
+            )
     unique = []
     for key, files in sorted(spans.items()):
         if key in scanned or (key[0], key[1], None) in scanned:
             continue
         ordered = sorted(files)
-        entries = [(start, start + -(-size // codec.CQ_ENTRY_SIZE) * codec.CQ_ENTRY_SIZE) for start, size in ordered]
+        entries = [
+            (start, start + -(-size // codec.CQ_ENTRY_SIZE) * codec.CQ_ENTRY_SIZE)
+            for start, size in ordered
+        ]
         if all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(entries)):
             unique.append(key)
     return unique
@@ -349,7 +390,9 @@ def _queue_condition(units: Sequence[Unit]) -> Column | bool | None:
     ):
         return True
     key = F.concat_ws("\u0000", F.col("broker"), F.col("topic"), F.col("queue_id").cast("string"))
-    return key.isin([f"{broker}\u0000{topic}\u0000{queue_id}" for broker, topic, queue_id in queues])
+    return key.isin(
+        [f"{broker}\u0000{topic}\u0000{queue_id}" for broker, topic, queue_id in queues]
+    )
 
 
 def _repeat(value: str, n: int) -> pa.Array:
@@ -364,12 +407,27 @@ class _Out:
         self.schema = schema
         self.bad: list[dict] = []
 
-    def add_bad(self, source: str, position: int, reason: str, raw: str, topic: str | None = None, queue_id: int | None = None, queue_offset: int | None = None) -> None:
+    def add_bad(
+        self,
+        source: str,
+        position: int,
+        reason: str,
+        raw: str,
+        topic: str | None = None,
+        queue_id: int | None = None,
+        queue_offset: int | None = None,
+    ) -> None:
         self.bad.append(
-            {"broker": self.broker, "source": source, "position": int(position), "topic": topic,
-             "queue_id": None if queue_id is None else int(queue_id),
-             "queue_offset": None if queue_offset is None else int(queue_offset),
-             "reason": reason, "raw_hex": raw}
+            {
+                "broker": self.broker,
+                "source": source,
+                "position": int(position),
+                "topic": topic,
+                "queue_id": None if queue_id is None else int(queue_id),
+                "queue_offset": None if queue_offset is None else int(queue_offset),
+                "reason": reason,
+                "raw_hex": raw,
+            }
         )
 
     def records(self, table: pa.Table, source: str) -> Iterator[pa.RecordBatch]:
@@ -393,9 +451,14 @@ class _Out:
             return
         rows = self.bad
         self.bad = []
-        table = pa.Table.from_pylist(rows, schema=pa.schema([self.schema.field(k) for k in rows[0]]))
+        table = pa.Table.from_pylist(
+            rows, schema=pa.schema([self.schema.field(k) for k in rows[0]])
+        )
         n = table.num_rows
-        columns = [table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type) for f in self.schema]
+        columns = [
+            table.column(f.name) if f.name in table.column_names else pa.nulls(n, f.type)
+            for f in self.schema
+        ]
         yield from pa.Table.from_arrays(columns, schema=self.schema).to_batches()
 
 
@@ -419,7 +482,14 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
     try:
         cq = codec.open_read_only(root / unit.cq_name)
     except OSError as exc:
-        out.add_bad(unit.cq_name, unit.entry_begin * codec.CQ_ENTRY_SIZE, f"cannot read consume-queue file: {exc}", "", unit.topic, unit.queue_id)
+        out.add_bad(
+            unit.cq_name,
+            unit.entry_begin * codec.CQ_ENTRY_SIZE,
+            f"cannot read consume-queue file: {exc}",
+            "",
+            unit.topic,
+            unit.queue_id,
+        )
         yield from out.flush_bad()
         return
     begin = unit.entry_begin * codec.CQ_ENTRY_SIZE
@@ -432,12 +502,27 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
     if len(raw) % codec.CQ_ENTRY_SIZE:
         tail_at = begin + count * codec.CQ_ENTRY_SIZE
         if np.any(raw[count * codec.CQ_ENTRY_SIZE :] != 0):
-            out.add_bad(unit.cq_name, tail_at, "truncated consume-queue entry at the end of the file",
-                        codec.raw_hex(cq, tail_at), unit.topic, unit.queue_id, (unit.cq_start + tail_at) // codec.CQ_ENTRY_SIZE)
+            out.add_bad(
+                unit.cq_name,
+                tail_at,
+                "truncated consume-queue entry at the end of the file",
+                codec.raw_hex(cq, tail_at),
+                unit.topic,
+                unit.queue_id,
+                (unit.cq_start + tail_at) // codec.CQ_ENTRY_SIZE,
+            )
 
     def entry_bad(k: np.ndarray | int, reason: str) -> None:
         at = int(entry_pos[k])
-        out.add_bad(unit.cq_name, at, reason, codec.raw_hex(cq, at, codec.CQ_ENTRY_SIZE), unit.topic, unit.queue_id, int(logical[k]))
+        out.add_bad(
+            unit.cq_name,
+            at,
+            reason,
+            codec.raw_hex(cq, at, codec.CQ_ENTRY_SIZE),
+            unit.topic,
+            unit.queue_id,
+            int(logical[k]),
+        )
 
     unwritten = (phys == 0) & (size == 0) & (tags == 0)
     padding = (phys == 0) & (size == codec.CQ_PAD_SIZE) & (tags == 0)
@@ -446,14 +531,24 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
     starts = np.array([f.start for f in files], dtype=np.int64)
     ends = np.array([f.start + f.size for f in files], dtype=np.int64)
     max_size = int(max((f.size for f in files), default=0))
-    bad_size = live & ((size < codec.MIN_RECORD_SIZE) | (size > max(max_size, codec.MIN_RECORD_SIZE)))
+    bad_size = live & (
+        (size < codec.MIN_RECORD_SIZE) | (size > max(max_size, codec.MIN_RECORD_SIZE))
+    )
     for k in np.flatnonzero(bad_size):
-        entry_bad(k, f"consume-queue entry has an invalid size {int(size[k])} (commit-log offset {int(phys[k])})")
+        entry_bad(
+            k,
+            f"consume-queue entry has an invalid size {int(size[k])} (commit-log offset {int(phys[k])})",
+        )
     live &= ~bad_size
-    file_index = np.searchsorted(starts, phys, side="right") - 1 if len(starts) else np.full(count, -1)
+    file_index = (
+        np.searchsorted(starts, phys, side="right") - 1 if len(starts) else np.full(count, -1)
+    )
     for k in np.flatnonzero(live & (file_index < 0)):
         if len(starts):
-            entry_bad(k, f"commit-log offset {int(phys[k])} is below the first commit-log file ({int(starts[0])}): expired")
+            entry_bad(
+                k,
+                f"commit-log offset {int(phys[k])} is below the first commit-log file ({int(starts[0])}): expired",
+            )
         else:
             entry_bad(k, f"commit-log offset {int(phys[k])}: the store has no commit-log file")
     live &= file_index >= 0
@@ -463,9 +558,14 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
         inside = live & (phys < ends[fi])
     for k in np.flatnonzero(live & ~inside):
         if int(file_index[k]) == len(files) - 1:
-            entry_bad(k, f"commit-log offset {int(phys[k])} is past the end of the commit log ({int(ends[-1])})")
+            entry_bad(
+                k,
+                f"commit-log offset {int(phys[k])} is past the end of the commit log ({int(ends[-1])})",
+            )
         else:
-            entry_bad(k, f"commit-log offset {int(phys[k])} lies in no commit-log file (missing file)")
+            entry_bad(
+                k, f"commit-log offset {int(phys[k])} lies in no commit-log file (missing file)"
+            )
     yield from out.flush_bad()
 
     for fidx in np.unique(file_index[inside]):
@@ -481,26 +581,49 @@ def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordB
         positions = phys[members] - log.start
         for part in _chunks(positions, size[members]):
             sel = members[part]
-            result = codec.decode_records(buf, positions[part], file_offset=log.start, verify_crc=options.verify_crc, body_topics=options.body_topics,
-                                          property_columns=options.property_columns, drop_columns=options.drop_columns)
+            result = codec.decode_records(
+                buf,
+                positions[part],
+                file_offset=log.start,
+                verify_crc=options.verify_crc,
+                body_topics=options.body_topics,
+                property_columns=options.property_columns,
+                drop_columns=options.drop_columns,
+            )
             for b in result.bad:
                 k = sel[b.index]
                 if b.no_record:
-                    entry_bad(k, f"consume-queue entry points at no record in {log.name} at position {b.position}: {b.reason}")
+                    entry_bad(
+                        k,
+                        f"consume-queue entry points at no record in {log.name} at position {b.position}: {b.reason}",
+                    )
                 else:
-                    out.add_bad(log.name, b.position, b.reason, codec.raw_hex(buf, b.position), unit.topic, unit.queue_id, int(logical[k]))
+                    out.add_bad(
+                        log.name,
+                        b.position,
+                        b.reason,
+                        codec.raw_hex(buf, b.position),
+                        unit.topic,
+                        unit.queue_id,
+                        int(logical[k]),
+                    )
             table = result.records
             if table.num_rows:
                 ks = sel[result.index]
                 matches = (
-                    pc.equal(table.column("topic"), unit.topic).to_numpy(zero_copy_only=False).astype(bool)
+                    pc.equal(table.column("topic"), unit.topic)
+                    .to_numpy(zero_copy_only=False)
+                    .astype(bool)
                     & (table.column("queue_id").to_numpy() == unit.queue_id)
                     & (table.column("queue_offset").to_numpy() == logical[ks])
                     & (table.column("stored_size").to_numpy() == size[ks])
                 )
                 if not matches.all():
                     for r in np.flatnonzero(~matches):
-                        row = {c: table.column(c)[int(r)].as_py() for c in ("topic", "queue_id", "queue_offset", "stored_size")}
+                        row = {
+                            c: table.column(c)[int(r)].as_py()
+                            for c in ("topic", "queue_id", "queue_offset", "stored_size")
+                        }
                         entry_bad(
                             ks[r],
                             f"consume-queue entry (size {int(size[ks[r]])}) does not match the record at {log.name} "
@@ -525,7 +648,12 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
         return
     walk = codec.walk_records(buf)
     if walk.error:
-        out.add_bad(log.name, walk.stop, f"{walk.error}; rest of the file skipped", codec.raw_hex(buf, walk.stop))
+        out.add_bad(
+            log.name,
+            walk.stop,
+            f"{walk.error}; rest of the file skipped",
+            codec.raw_hex(buf, walk.stop),
+        )
     positions = walk.positions
     sizes = np.zeros(len(positions), dtype=np.int64)
     if len(positions):
@@ -548,12 +676,25 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
         keep &= dispatched & (layout.status == codec.OK)
         idx = np.flatnonzero(keep)
         result = codec.decode_records(
-            buf, chunk[idx], file_offset=log.start, verify_crc=options.verify_crc,
-            body_topics=options.body_topics, layout=layout.subset(idx), property_columns=options.property_columns,
+            buf,
+            chunk[idx],
+            file_offset=log.start,
+            verify_crc=options.verify_crc,
+            body_topics=options.body_topics,
+            layout=layout.subset(idx),
+            property_columns=options.property_columns,
             drop_columns=options.drop_columns,
         )
         for b in result.bad:
-            out.add_bad(log.name, b.position, b.reason, codec.raw_hex(buf, b.position), b.topic, b.queue_id, b.queue_offset)
+            out.add_bad(
+                log.name,
+                b.position,
+                b.reason,
+                codec.raw_hex(buf, b.position),
+                b.topic,
+                b.queue_id,
+                b.queue_offset,
+            )
         yield from out.records(result.records, log.name)
         yield from out.flush_bad()
     yield from out.flush_bad()
@@ -568,22 +709,41 @@ def run_unit(unit: Unit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     except Exception as exc:
         out = _Out(unit.broker, options.arrow_schema)
         if isinstance(unit, QueueUnit):
-            out.add_bad(unit.cq_name, unit.entry_begin * codec.CQ_ENTRY_SIZE, f"unreadable consume-queue range: {type(exc).__name__}: {exc}", "", unit.topic, unit.queue_id)
+            out.add_bad(
+                unit.cq_name,
+                unit.entry_begin * codec.CQ_ENTRY_SIZE,
+                f"unreadable consume-queue range: {type(exc).__name__}: {exc}",
+                "",
+                unit.topic,
+                unit.queue_id,
+            )
         else:
-            out.add_bad(unit.file.name, 0, f"unreadable commit-log file: {type(exc).__name__}: {exc}", "")
+            out.add_bad(
+                unit.file.name, 0, f"unreadable commit-log file: {type(exc).__name__}: {exc}", ""
+            )
         yield from out.flush_bad()
 
 
-def _read_tasks(tasks: list[list[Unit]], options: ReadOptions, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _read_tasks(
+    tasks: list[list[Unit]], options: ReadOptions, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         for task_id in batch.column(0).to_pylist():
             for unit in tasks[int(task_id)]:
                 yield from run_unit(unit, options)
 
 
-def read_batches(stores: Sequence[StoreSpec], *, verify_crc: bool = False, include_half_body: bool = False, topics: Sequence[str] = TRANSACTION_TOPICS) -> Iterator[pa.RecordBatch]:
+def read_batches(
+    stores: Sequence[StoreSpec],
+    *,
+    verify_crc: bool = False,
+    include_half_body: bool = False,
+    topics: Sequence[str] = TRANSACTION_TOPICS,
+) -> Iterator[pa.RecordBatch]:
     """The reader without Spark (tests, small tools): every combined batch of the stores."""
-    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,))
+    options = ReadOptions(
+        verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,)
+    )
     for spec in stores:
         validate_store(spec)
         offsets = read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)
@@ -624,15 +784,23 @@ def read_stores(
         units.extend(store_units)
         notes.extend(store_notes)
     tasks = pack_tasks(units)
-    options = ReadOptions(verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean)
+    options = ReadOptions(
+        verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean
+    )
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    combined = ranges.mapInArrow(functools.partial(_read_tasks, tasks, options), LEAN_COMBINED if lean else COMBINED)
+    combined = ranges.mapInArrow(
+        functools.partial(_read_tasks, tasks, options), LEAN_COMBINED if lean else COMBINED
+    )
     combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
     message_schema = LEAN_MESSAGE if lean else SOURCED_MESSAGE
     messages = combined.where(F.col("reason").isNull()).select(*message_schema.fieldNames())
     bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
     committed_offsets = spark.createDataFrame(committed, COMMITTED_OFFSET)
     return StoreRead(
-        messages=messages, bad_records=bad_records, committed_offsets=committed_offsets, notes=notes,
-        combined=combined, unique_offsets=_queue_condition(units),
+        messages=messages,
+        bad_records=bad_records,
+        committed_offsets=committed_offsets,
+        notes=notes,
+        combined=combined,
+        unique_offsets=_queue_condition(units),
     )

@@ -49,7 +49,9 @@ def _ints(table: pa.Table, name: str, default: int = 0) -> np.ndarray:
     column = _column(table, name)
     if column is None:
         return np.full(table.num_rows, default, dtype=np.int64)
-    return column.cast(pa.int64()).fill_null(default).to_numpy(zero_copy_only=False).astype(np.int64)
+    return (
+        column.cast(pa.int64()).fill_null(default).to_numpy(zero_copy_only=False).astype(np.int64)
+    )
 
 
 def _binary(column: pa.Array | None, n: int) -> pa.Array:
@@ -114,7 +116,12 @@ class StoreWriter:
     def __enter__(self) -> StoreWriter:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     @property
@@ -140,7 +147,9 @@ class StoreWriter:
         """Write the BLANK filler at the current position and move to the next file."""
         fd = self._commitlog_fd()
         left = self.commitlog_file_size - self._pos
-        blank = int(left).to_bytes(4, "big", signed=True) + codec.BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+        blank = int(left).to_bytes(4, "big", signed=True) + codec.BLANK_MAGIC_CODE.to_bytes(
+            4, "big", signed=True
+        )
         os.pwrite(fd, blank, self._pos)
         os.close(fd)
         self._fd = None
@@ -156,7 +165,13 @@ class StoreWriter:
             os.close(current[1])
             del self._cq_fds[(topic, queue_id)]
         file_bytes = self.cq_file_entries * codec.CQ_ENTRY_SIZE
-        path = self.root / "consumequeue" / topic / str(queue_id) / codec.offset_file_name(file_index * file_bytes)
+        path = (
+            self.root
+            / "consumequeue"
+            / topic
+            / str(queue_id)
+            / codec.offset_file_name(file_index * file_bytes)
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size < file_bytes:
@@ -187,7 +202,11 @@ class StoreWriter:
         sys_flag = _ints(table, "sys_flag")
         born_addr, born_port, born_v6 = codec.parse_hosts(_column(table, "born_host"), n)
         store_addr, store_port, store_v6 = codec.parse_hosts(_column(table, "store_host"), n)
-        sys_flag = (sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG)) | np.where(born_v6, codec.BORNHOST_V6_FLAG, 0) | np.where(store_v6, codec.STOREHOST_V6_FLAG, 0)
+        sys_flag = (
+            (sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG))
+            | np.where(born_v6, codec.BORNHOST_V6_FLAG, 0)
+            | np.where(store_v6, codec.STOREHOST_V6_FLAG, 0)
+        )
 
         magic = _ints(table, "magic_version", self.magic_version)
         if not np.isin(magic, (1, 2)).all():
@@ -200,7 +219,9 @@ class StoreWriter:
         raw = _column(table, "properties_raw")
         mapped = _column(table, "properties")
         if mapped is not None:
-            props = codec.encode_properties(mapped, trailing_separator=self.properties_trailing_separator)
+            props = codec.encode_properties(
+                mapped, trailing_separator=self.properties_trailing_separator
+            )
             if raw is not None:
                 props = pc.if_else(raw.is_valid(), raw.cast(pa.binary()), props)
         else:
@@ -213,25 +234,38 @@ class StoreWriter:
         compressed = np.flatnonzero((sys_flag & codec.COMPRESSED_FLAG) != 0)
         if len(compressed):
             plain = bodies.take(pa.array(compressed)).to_pylist()
-            packed = [codec.compress_body(b, int(f)) for b, f in zip(plain, sys_flag[compressed], strict=True)]
+            packed = [
+                codec.compress_body(b, int(f))
+                for b, f in zip(plain, sys_flag[compressed], strict=True)
+            ]
             take = np.arange(n, dtype=np.int64)
             take[compressed] = n + np.arange(len(compressed))
-            bodies = pa.concat_arrays([bodies, pa.array(packed, type=pa.binary())]).take(pa.array(take))
+            bodies = pa.concat_arrays([bodies, pa.array(packed, type=pa.binary())]).take(
+                pa.array(take)
+            )
         body_offsets, body_data = codec._binary_parts(bodies)
         body_lens = np.diff(body_offsets)
 
         crc_column = _column(table, "body_crc")
         body_crc = _ints(table, "body_crc")
-        missing_crc = np.ones(n, dtype=bool) if crc_column is None else crc_column.is_null().to_numpy(zero_copy_only=False).astype(bool)
+        missing_crc = (
+            np.ones(n, dtype=bool)
+            if crc_column is None
+            else crc_column.is_null().to_numpy(zero_copy_only=False).astype(bool)
+        )
         if missing_crc.any():
             view = memoryview(body_data) if len(body_data) else b""
             rows = np.flatnonzero(missing_crc)
             starts, stops = body_offsets[rows].tolist(), body_offsets[rows + 1].tolist()
-            body_crc[rows] = [zlib.crc32(view[a:b]) & 0x7FFFFFFF for a, b in zip(starts, stops, strict=True)]
+            body_crc[rows] = [
+                zlib.crc32(view[a:b]) & 0x7FFFFFFF for a, b in zip(starts, stops, strict=True)
+            ]
 
         sizes = codec.record_sizes(sys_flag, body_lens, topic_lens, props_lens, magic)
         if (sizes + codec.END_FILE_MIN_BLANK_LENGTH > self.commitlog_file_size).any():
-            raise ValueError(f"a record of {int(sizes.max())} bytes does not fit in a {self.commitlog_file_size}-byte commit-log file")
+            raise ValueError(
+                f"a record of {int(sizes.max())} bytes does not fit in a {self.commitlog_file_size}-byte commit-log file"
+            )
 
         queue_offset = self._assign_queue_offsets(table, topics_str, queue_id, sys_flag)
         phys, file_of = self._place(sizes)
@@ -250,12 +284,25 @@ class StoreWriter:
             j = min(j, n)
             part = slice(i, j)
             data = codec.encode_records(
-                phys=phys[part], sizes=sizes[part], magic_version=magic[part], body_crc=body_crc[part],
-                queue_id=queue_id[part], flag=flag[part], queue_offset=queue_offset[part], sys_flag=sys_flag[part],
-                born_ts=born_ts[part], born_addr=born_addr[part], born_port=born_port[part],
-                store_ts=store_ts[part], store_addr=store_addr[part], store_port=store_port[part],
-                reconsume=reconsume[part], prepared=prepared[part],
-                bodies=bodies.slice(i, j - i), topics=topics.slice(i, j - i), props=props.slice(i, j - i),
+                phys=phys[part],
+                sizes=sizes[part],
+                magic_version=magic[part],
+                body_crc=body_crc[part],
+                queue_id=queue_id[part],
+                flag=flag[part],
+                queue_offset=queue_offset[part],
+                sys_flag=sys_flag[part],
+                born_ts=born_ts[part],
+                born_addr=born_addr[part],
+                born_port=born_port[part],
+                store_ts=store_ts[part],
+                store_addr=store_addr[part],
+                store_port=store_port[part],
+                reconsume=reconsume[part],
+                prepared=prepared[part],
+                bodies=bodies.slice(i, j - i),
+                topics=topics.slice(i, j - i),
+                props=props.slice(i, j - i),
             )
             self._write_records(data, phys[part], file_of[part], sizes[part])
             i = j
@@ -281,11 +328,17 @@ class StoreWriter:
         tx = sys_flag & codec.TRANSACTION_MASK
         return (tx == codec.TRANSACTION_NOT_TYPE) | (tx == codec.TRANSACTION_COMMIT_TYPE)
 
-    def _assign_queue_offsets(self, table: pa.Table, topics: pa.Array, queue_id: np.ndarray, sys_flag: np.ndarray) -> np.ndarray:
+    def _assign_queue_offsets(
+        self, table: pa.Table, topics: pa.Array, queue_id: np.ndarray, sys_flag: np.ndarray
+    ) -> np.ndarray:
         n = table.num_rows
         column = _column(table, "queue_offset")
         given = _ints(table, "queue_offset")
-        explicit = np.zeros(n, dtype=bool) if column is None else column.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+        explicit = (
+            np.zeros(n, dtype=bool)
+            if column is None
+            else column.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+        )
         result = np.where(explicit, given, 0)
         dispatched = self._dispatched(sys_flag)
         rows = np.flatnonzero(dispatched)
@@ -338,7 +391,9 @@ class StoreWriter:
                 pos = 0
         return phys, file_of
 
-    def _write_records(self, data: np.ndarray, phys: np.ndarray, file_of: np.ndarray, sizes: np.ndarray) -> None:
+    def _write_records(
+        self, data: np.ndarray, phys: np.ndarray, file_of: np.ndarray, sizes: np.ndarray
+    ) -> None:
         n = len(phys)
         change = np.flatnonzero(np.diff(file_of)) + 1
         bounds = [0, *change.tolist(), n]
@@ -352,7 +407,16 @@ class StoreWriter:
             os.pwrite(fd, memoryview(data[offsets[a] : offsets[b]]), pos)
             self._pos = pos + int(offsets[b] - offsets[a])
 
-    def _write_cq(self, topics: pa.Array, queue_id: np.ndarray, queue_offset: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tag_codes: np.ndarray, dispatched: np.ndarray) -> None:
+    def _write_cq(
+        self,
+        topics: pa.Array,
+        queue_id: np.ndarray,
+        queue_offset: np.ndarray,
+        phys: np.ndarray,
+        sizes: np.ndarray,
+        tag_codes: np.ndarray,
+        dispatched: np.ndarray,
+    ) -> None:
         rows = np.flatnonzero(dispatched)
         if len(rows) == 0:
             return
@@ -379,7 +443,11 @@ class StoreWriter:
                 self._cq_started.add(name)
                 pad = int(offsets[0]) - first_entry
                 if pad > 0:
-                    blank = codec.encode_cq_entries(np.zeros(pad, np.int64), np.full(pad, codec.CQ_PAD_SIZE), np.zeros(pad, np.int64))
+                    blank = codec.encode_cq_entries(
+                        np.zeros(pad, np.int64),
+                        np.full(pad, codec.CQ_PAD_SIZE),
+                        np.zeros(pad, np.int64),
+                    )
                     os.pwrite(fd, blank, 0)
             runs = np.flatnonzero(np.diff(offsets) != 1) + 1
             run_bounds = [0, *runs.tolist(), len(members)]

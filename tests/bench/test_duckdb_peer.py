@@ -11,8 +11,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -20,7 +18,7 @@ from bench import duckdb_peer  # noqa: E402
 from schemas.outputs import CLASSES  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.transforms.builders import BROKER, T, half, op, params  # noqa: E402
-from tests.transforms.generators import Case, cases, with_broker  # noqa: E402
+from tests.transforms.generators import generate, with_broker  # noqa: E402
 from tests.transforms.worked_cases import CASES, S  # noqa: E402
 from transforms.params import RoundParams  # noqa: E402
 
@@ -101,27 +99,6 @@ def test_consume_offsets_cover_both_topics_of_every_queue(tmp_path: Path) -> Non
     assert rows[(7, "RMQ_SYS_TRANS_HALF_TOPIC")]["offset_before"] == 12  # nothing to correct it
     assert rows[(7, "RMQ_SYS_TRANS_OP_HALF_TOPIC")]["offset_committed"] is None
     assert rows[(0, "RMQ_SYS_TRANS_OP_HALF_TOPIC")]["offset_after"] == 1
-
-
-def generate(round_params: RoundParams, count: int) -> list[Case]:
-    """``count`` derandomized cases (the generators of the Spark property test)."""
-    collected: list[Case] = []
-    salt = st.tuples(*[st.integers(0, 255)] * (round_params.check_max % 7))
-
-    @settings(
-        max_examples=count,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(salt, cases(round_params))
-    def collect(_salt: tuple[int, ...], case: Case) -> None:
-        collected.append(case)
-
-    collect()
-    return collected
 
 
 @pytest.mark.parametrize(

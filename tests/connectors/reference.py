@@ -51,7 +51,9 @@ def host(raw: bytes) -> str:
 
 def decode_one(data: bytes, pos: int) -> dict:
     """Decode the record at ``pos`` (assumed valid) into the canonical field names."""
-    total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = struct.unpack_from(">iIiiiqqiq", data, pos)
+    total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = struct.unpack_from(
+        ">iIiiiqqiq", data, pos
+    )
     at = pos + 48
     born_len = 20 if sysflag & 0x10 else 8
     born = data[at : at + born_len]
@@ -147,7 +149,18 @@ def messages_table(rows: Sequence[dict]) -> pa.Table:
     return pa.table(data)
 
 
-def txn_rows(count: int, *, start_ms: int = 1_700_000_000_000, other_every: int = 4, ipv6_every: int = 5, v2_every: int = 7, compress_every: int = 6, op_queue: int = 0, half_queue: int = 0, big_body_every: int = 0) -> list[dict]:
+def txn_rows(
+    count: int,
+    *,
+    start_ms: int = 1_700_000_000_000,
+    other_every: int = 4,
+    ipv6_every: int = 5,
+    v2_every: int = 7,
+    compress_every: int = 6,
+    op_queue: int = 0,
+    half_queue: int = 0,
+    big_body_every: int = 0,
+) -> list[dict]:
     """Half, op and foreign-topic records interleaved, with IPv6 hosts, v2 magic and
     compressed bodies (zlib, LZ4, zstd) sprinkled in."""
     rows = []
@@ -160,8 +173,17 @@ def txn_rows(count: int, *, start_ms: int = 1_700_000_000_000, other_every: int 
             topic, queue = OP, op_queue
         props = {"UNIQ_KEY": f"7F00000100002A9F0000{i:012X}", "WAIT": "true"}
         if topic == HALF:
-            props.update({"TRAN_MSG": "true", "PGROUP": f"group-{i % 3}", "REAL_TOPIC": "TopicTest", "REAL_QID": str(i % 4)})
-            body = (f"half message {i} " * (40 if big_body_every and i % big_body_every == 0 else 1)).encode()
+            props.update(
+                {
+                    "TRAN_MSG": "true",
+                    "PGROUP": f"group-{i % 3}",
+                    "REAL_TOPIC": "TopicTest",
+                    "REAL_QID": str(i % 4),
+                }
+            )
+            body = (
+                f"half message {i} " * (40 if big_body_every and i % big_body_every == 0 else 1)
+            ).encode()
         elif topic == OP:
             props["TAGS"] = "d"
             body = f"{i // 2},".encode()
@@ -179,8 +201,12 @@ def txn_rows(count: int, *, start_ms: int = 1_700_000_000_000, other_every: int 
                 "flag": i % 5,
                 "born_timestamp_ms": start_ms + i * 10,
                 "store_timestamp_ms": start_ms + i * 10 + 3,
-                "born_host": f"[2001:db8::{i % 9 + 1:x}]:{40000 + i % 50}" if ipv6_every and i % ipv6_every == 0 else f"192.168.1.{i % 200}:{50000 + i % 17}",
-                "store_host": "[fe80::1]:10911" if ipv6_every and i % (ipv6_every * 2) == 1 else "10.0.0.7:10911",
+                "born_host": f"[2001:db8::{i % 9 + 1:x}]:{40000 + i % 50}"
+                if ipv6_every and i % ipv6_every == 0
+                else f"192.168.1.{i % 200}:{50000 + i % 17}",
+                "store_host": "[fe80::1]:10911"
+                if ipv6_every and i % (ipv6_every * 2) == 1
+                else "10.0.0.7:10911",
                 "reconsume_times": i % 3,
                 "prepared_transaction_offset": 0,
                 "properties": props,

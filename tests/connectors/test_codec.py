@@ -68,8 +68,19 @@ def test_real_file_decodes_exactly():
         assert props["0"] == "imagoodperson0"
         assert props["KEYS"] == str(row["born_timestamp_ms"])
         assert row["body_crc"] == zlib.crc32(row["body"]) & 0x7FFFFFFF
-        for name in ("queue_id", "flag", "sys_flag", "born_timestamp_ms", "born_host", "store_timestamp_ms",
-                     "store_host", "reconsume_times", "prepared_transaction_offset", "body_crc", "queue_offset"):
+        for name in (
+            "queue_id",
+            "flag",
+            "sys_flag",
+            "born_timestamp_ms",
+            "born_host",
+            "store_timestamp_ms",
+            "store_host",
+            "reconsume_times",
+            "prepared_transaction_offset",
+            "body_crc",
+            "queue_offset",
+        ):
             assert row[name] == ref[name], name
     assert rows[0]["born_host"] == "127.0.0.1:0"
     assert rows[0]["store_host"] == "10.1.30.38:8123"
@@ -108,12 +119,24 @@ def test_properties_follow_rocketmq_cases():
 def test_duplicate_property_names_last_wins_and_tags_extracted():
     raw = [b"a\x011\x02TAGS\x01x\x02a\x012\x02TAGS\x01d", b"TAGS\x01d\x02", None, b"b\x01\xff\xfe"]
     maps, tags = codec.decode_properties(pa.array(raw, pa.binary()))
-    assert [dict(m) for m in maps.to_pylist()] == [{"a": "2", "TAGS": "d"}, {"TAGS": "d"}, {}, {"b": "\ufffd\ufffd"}]
+    assert [dict(m) for m in maps.to_pylist()] == [
+        {"a": "2", "TAGS": "d"},
+        {"TAGS": "d"},
+        {},
+        {"b": "\ufffd\ufffd"},
+    ]
     assert tags.to_pylist() == ["d", "d", None, None]
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(["a", "b", "TAGS", "é", "\x01", "\x02", "k1", "v"]), max_size=12).map("".join), max_size=12))
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["a", "b", "TAGS", "é", "\x01", "\x02", "k1", "v"]), max_size=12
+        ).map("".join),
+        max_size=12,
+    )
+)
 def test_properties_match_reference_parser(texts):
     raw = [t.encode() for t in texts]
     maps, tags = codec.decode_properties(pa.array(raw, pa.binary()))
@@ -125,9 +148,21 @@ def test_properties_match_reference_parser(texts):
 
 
 def test_encode_properties_round_trip_and_separator():
-    maps = pa.array([[("k1", "v1"), ("k2", "v2")], [], None, [("a", None), ("b", "c")]], reference.MAP)
-    assert codec.encode_properties(maps).to_pylist() == [b"k1\x01v1\x02k2\x01v2\x02", b"", b"", b"b\x01c\x02"]
-    assert codec.encode_properties(maps, trailing_separator=False).to_pylist() == [b"k1\x01v1\x02k2\x01v2", b"", b"", b"b\x01c"]
+    maps = pa.array(
+        [[("k1", "v1"), ("k2", "v2")], [], None, [("a", None), ("b", "c")]], reference.MAP
+    )
+    assert codec.encode_properties(maps).to_pylist() == [
+        b"k1\x01v1\x02k2\x01v2\x02",
+        b"",
+        b"",
+        b"b\x01c\x02",
+    ]
+    assert codec.encode_properties(maps, trailing_separator=False).to_pylist() == [
+        b"k1\x01v1\x02k2\x01v2",
+        b"",
+        b"",
+        b"b\x01c",
+    ]
     sliced = maps.slice(1, 3)
     assert codec.encode_properties(sliced).to_pylist() == [b"", b"", b"b\x01c\x02"]
 
@@ -139,13 +174,19 @@ def test_java_hash_known_values():
     hashes = codec.java_string_hash(pa.array(["d", "", None, "TagA", "héllo wörld", "😀"])).tolist()
     assert hashes[0] == 100
     assert hashes[1:3] == [0, 0]
-    assert hashes[3:] == [reference.java_hash("TagA"), reference.java_hash("héllo wörld"), reference.java_hash("😀")]
+    assert hashes[3:] == [
+        reference.java_hash("TagA"),
+        reference.java_hash("héllo wörld"),
+        reference.java_hash("😀"),
+    ]
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(max_size=40), max_size=20))
 def test_java_hash_matches_reference(texts):
-    assert codec.java_string_hash(pa.array(texts, pa.string())).tolist() == [reference.java_hash(t) for t in texts]
+    assert codec.java_string_hash(pa.array(texts, pa.string())).tolist() == [
+        reference.java_hash(t) for t in texts
+    ]
 
 
 def test_hosts_format_and_parse():
@@ -159,7 +200,10 @@ def test_hosts_format_and_parse():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.binary(min_size=1, max_size=64), st.lists(st.tuples(st.integers(0, 63), st.integers(0, 20)), max_size=20))
+@given(
+    st.binary(min_size=1, max_size=64),
+    st.lists(st.tuples(st.integers(0, 63), st.integers(0, 20)), max_size=20),
+)
 def test_slices_any_order_or_overlap(data, cuts):
     buf = np.frombuffer(data, dtype=np.uint8)
     cuts = [(s % len(data), min(n, len(data) - s % len(data))) for s, n in cuts]
@@ -182,7 +226,9 @@ def test_decompress_java_style_frames():
     body = b"x" * 5000 + bytes(range(256))
     # lz4-java LZ4FrameOutputStream: independent blocks, 4 MB blocks; zstd-jni ZstdOutputStream:
     # a streamed frame without content size; java.util.zip Deflater: zlib header.
-    lz4_frame = lz4.frame.compress(body, block_size=lz4.frame.BLOCKSIZE_MAX4MB, block_linked=False, content_checksum=False)
+    lz4_frame = lz4.frame.compress(
+        body, block_size=lz4.frame.BLOCKSIZE_MAX4MB, block_linked=False, content_checksum=False
+    )
     assert codec.decompress_body(lz4_frame, 0x101) == body
     zobj = zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj()
     zstd_frame = zobj.compress(body) + zobj.flush()
@@ -210,8 +256,14 @@ def _encoded(rows: list[dict], file_size: int = 1 << 16) -> bytes:
     topics = table.column("topic").combine_chunks().cast(pa.binary())
     bodies = table.column("body").combine_chunks().fill_null(b"")
     born_addr, born_port, born_v6 = codec.parse_hosts(table.column("born_host").combine_chunks(), n)
-    store_addr, store_port, store_v6 = codec.parse_hosts(table.column("store_host").combine_chunks(), n)
-    sys_flag = np.array([r.get("sys_flag", 0) for r in rows]) | np.where(born_v6, 0x10, 0) | np.where(store_v6, 0x20, 0)
+    store_addr, store_port, store_v6 = codec.parse_hosts(
+        table.column("store_host").combine_chunks(), n
+    )
+    sys_flag = (
+        np.array([r.get("sys_flag", 0) for r in rows])
+        | np.where(born_v6, 0x10, 0)
+        | np.where(store_v6, 0x20, 0)
+    )
     lens = lambda a: np.diff(codec._binary_parts(a)[0])  # noqa: E731
     magic = np.array([r.get("magic_version", 1) for r in rows])
     sizes = codec.record_sizes(sys_flag, lens(bodies), lens(topics), lens(props), magic)
@@ -219,10 +271,25 @@ def _encoded(rows: list[dict], file_size: int = 1 << 16) -> bytes:
     zeros = np.zeros(n, dtype=np.int64)
     crc = np.array([zlib.crc32(b) & 0x7FFFFFFF for b in bodies.to_pylist()])
     data = codec.encode_records(
-        phys=phys, sizes=sizes, magic_version=magic, body_crc=crc, queue_id=zeros, flag=zeros,
-        queue_offset=np.arange(n), sys_flag=sys_flag, born_ts=zeros + 5, born_addr=born_addr, born_port=born_port,
-        store_ts=zeros + 6, store_addr=store_addr, store_port=store_port, reconsume=zeros, prepared=zeros,
-        bodies=bodies, topics=topics, props=props,
+        phys=phys,
+        sizes=sizes,
+        magic_version=magic,
+        body_crc=crc,
+        queue_id=zeros,
+        flag=zeros,
+        queue_offset=np.arange(n),
+        sys_flag=sys_flag,
+        born_ts=zeros + 5,
+        born_addr=born_addr,
+        born_port=born_port,
+        store_ts=zeros + 6,
+        store_addr=store_addr,
+        store_port=store_port,
+        reconsume=zeros,
+        prepared=zeros,
+        bodies=bodies,
+        topics=topics,
+        props=props,
     )
     return bytes(data)
 
@@ -258,7 +325,17 @@ def test_each_kind_of_bad_position_is_reported_not_raised():
     struct.pack_into(">q", data, starts[2] + 28, 999)
     data[starts[3] + 90] ^= 0xFF
     buf = _mutable(bytes(data))
-    positions = [starts[0], starts[1], starts[2], starts[3], starts[4] + 3, end, end + 8, len(data) - 4, starts[5]]
+    positions = [
+        starts[0],
+        starts[1],
+        starts[2],
+        starts[3],
+        starts[4] + 3,
+        end,
+        end + 8,
+        len(data) - 4,
+        starts[5],
+    ]
     result = codec.decode_records(buf, positions, verify_crc=True, body_topics=None)
     reasons = {b.index: b for b in result.bad}
     assert result.index.tolist() == [0, 8]
@@ -277,9 +354,19 @@ def test_each_kind_of_bad_position_is_reported_not_raised():
 
 
 def test_undecompressable_body_is_bad_even_when_the_body_is_not_returned():
-    rows = [{"topic": reference.HALF, "queue_id": 0, "born_timestamp_ms": 1, "store_timestamp_ms": 2,
-             "sys_flag": 0x201, "body": b"not zstd at all", "born_host": "1.2.3.4:5", "store_host": "1.2.3.4:6",
-             "properties": {"a": "b"}}]
+    rows = [
+        {
+            "topic": reference.HALF,
+            "queue_id": 0,
+            "born_timestamp_ms": 1,
+            "store_timestamp_ms": 2,
+            "sys_flag": 0x201,
+            "body": b"not zstd at all",
+            "born_host": "1.2.3.4:5",
+            "store_host": "1.2.3.4:6",
+            "properties": {"a": "b"},
+        }
+    ]
     buf = _mutable(_encoded(rows))
     result = codec.decode_records(buf, [0], body_topics=())
     assert len(result.index) == 0
@@ -299,12 +386,25 @@ def test_bodies_returned_only_for_asked_topics_and_decompressed():
     assert everything.bad == []
     assert everything.records.column("body").to_pylist() == plain
     ops_only = codec.decode_records(buf, starts, body_topics=[reference.OP])
-    assert ops_only.records.column("body").to_pylist() == [b if r["topic"] == reference.OP else None for b, r in zip(plain, rows, strict=True)]
+    assert ops_only.records.column("body").to_pylist() == [
+        b if r["topic"] == reference.OP else None for b, r in zip(plain, rows, strict=True)
+    ]
 
 
 def test_v2_magic_and_ipv6_fields():
-    rows = [{"topic": "T" * 200, "queue_id": 0, "born_timestamp_ms": 1, "store_timestamp_ms": 2, "magic_version": 2,
-             "born_host": "[::ffff:1.2.3.4]:7", "store_host": "[2001:db8::2]:10911", "properties": {"TAGS": "x"}, "body": b"b"}]
+    rows = [
+        {
+            "topic": "T" * 200,
+            "queue_id": 0,
+            "born_timestamp_ms": 1,
+            "store_timestamp_ms": 2,
+            "magic_version": 2,
+            "born_host": "[::ffff:1.2.3.4]:7",
+            "store_host": "[2001:db8::2]:10911",
+            "properties": {"TAGS": "x"},
+            "body": b"b",
+        }
+    ]
     buf = _mutable(_encoded(rows))
     result = codec.decode_records(buf, [0], body_topics=None)
     row = result.records.to_pylist()[0]
@@ -319,10 +419,16 @@ def test_v2_magic_and_ipv6_fields():
 
 
 def test_cq_entries_round_trip():
-    raw = codec.encode_cq_entries(np.array([0, 172, 0]), np.array([172, 172, 0x7FFFFFFF]), np.array([100, -5, 0]))
+    raw = codec.encode_cq_entries(
+        np.array([0, 172, 0]), np.array([172, 172, 0x7FFFFFFF]), np.array([100, -5, 0])
+    )
     assert raw[:20] == struct.pack(">qiq", 0, 172, 100)
     offsets, sizes, tags = codec.decode_cq_entries(np.frombuffer(raw + b"\x01\x02", dtype=np.uint8))
-    assert offsets.tolist() == [0, 172, 0] and sizes.tolist() == [172, 172, 0x7FFFFFFF] and tags.tolist() == [100, -5, 0]
+    assert (
+        offsets.tolist() == [0, 172, 0]
+        and sizes.tolist() == [172, 172, 0x7FFFFFFF]
+        and tags.tolist() == [100, -5, 0]
+    )
 
 
 # --- never raises ---------------------------------------------------------------------------------------------
@@ -334,7 +440,9 @@ def test_arbitrary_bytes_only_give_records_or_bad_positions(data, extra_position
     buf = np.frombuffer(data, dtype=np.uint8)
     walk = codec.walk_records(buf)
     positions = np.concatenate([walk.positions, np.array(extra_positions, dtype=np.int64)])
-    result = codec.decode_records(buf, positions, verify_crc=verify, body_topics=None, file_offset=0)
+    result = codec.decode_records(
+        buf, positions, verify_crc=verify, body_topics=None, file_offset=0
+    )
     assert result.records.schema == codec.RECORD_SCHEMA
     bad_index = [b.index for b in result.bad]
     assert sorted([*result.index.tolist(), *bad_index]) == list(range(len(positions)))

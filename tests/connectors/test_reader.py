@@ -71,7 +71,11 @@ def _split(table: pa.Table) -> tuple[list[dict], list[dict]]:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 # --- stores used by the Spark tests (built once) ------------------------------------------------------
@@ -82,11 +86,18 @@ def stores(tmp_path_factory):
     base = tmp_path_factory.mktemp("stores")
     # A: three commit-log files or more; the first one expired (deleted); the op queue's
     # consume queue is missing (rebuilt, because half queue 0 exists).
-    a_rows = _write(base / "a", reference.txn_rows(240), commitlog_file_size=3000, cq_file_entries=16)
+    a_rows = _write(
+        base / "a", reference.txn_rows(240), commitlog_file_size=3000, cq_file_entries=16
+    )
     os.remove(base / "a" / "commitlog" / "00000000000000000000")
     shutil.rmtree(base / "a" / "consumequeue" / OP / "0")
     # B: no consume queue at all (scan everything), queue 1, bigger bodies.
-    b_rows = _write(base / "b", reference.txn_rows(120, half_queue=1, op_queue=1, big_body_every=3), commitlog_file_size=4096, cq_file_entries=1000)
+    b_rows = _write(
+        base / "b",
+        reference.txn_rows(120, half_queue=1, op_queue=1, big_body_every=3),
+        commitlog_file_size=4096,
+        cq_file_entries=1000,
+    )
     shutil.rmtree(base / "b" / "consumequeue")
     # C: half queue starting at offset 5 (padded consume-queue head) and an offsets file.
     c_input = reference.txn_rows(30, other_every=0)
@@ -94,7 +105,10 @@ def stores(tmp_path_factory):
         if row["topic"] == HALF and i == 0:
             row["queue_offset"] = 5
     c_rows = _write(base / "c", c_input, commitlog_file_size=2500, cq_file_entries=8)
-    write_consumer_offsets(base / "c" / "config" / "consumerOffset.json", {HALF_KEY: {0: 7}, OP_KEY: {0: 2}, "X@Y": {0: 1}})
+    write_consumer_offsets(
+        base / "c" / "config" / "consumerOffset.json",
+        {HALF_KEY: {0: 7}, OP_KEY: {0: 2}, "X@Y": {0: 1}},
+    )
     return base, {"broker-a": a_rows, "broker-b": b_rows, "broker-c": c_rows}
 
 
@@ -110,7 +124,11 @@ def _expected_messages(rows_by_broker) -> dict[tuple, dict]:
 
 def test_round_trip_several_stores(spark, stores):
     base, rows_by_broker = stores
-    specs = [StoreSpec("broker-a", base / "a"), StoreSpec("broker-b", base / "b"), parse_store_arg(f"broker-c={base / 'c'}")]
+    specs = [
+        StoreSpec("broker-a", base / "a"),
+        StoreSpec("broker-b", base / "b"),
+        parse_store_arg(f"broker-c={base / 'c'}"),
+    ]
     read = read_stores(spark, specs)
     try:
         # one pass: both outputs are cut from the same persisted DataFrame
@@ -138,31 +156,63 @@ def test_round_trip_several_stores(spark, stores):
         assert m["tags"] == row["properties"].get("TAGS")
         assert m["magic_version"] == row["magic_version"]
         assert m["sys_flag"] & 0xF01 == row["sys_flag"] & 0xF01
-        assert (m["born_timestamp_ms"], m["store_timestamp_ms"], m["flag"], m["reconsume_times"]) == (
-            row["born_timestamp_ms"], row["store_timestamp_ms"], row["flag"], row["reconsume_times"])
+        assert (
+            m["born_timestamp_ms"],
+            m["store_timestamp_ms"],
+            m["flag"],
+            m["reconsume_times"],
+        ) == (
+            row["born_timestamp_ms"],
+            row["store_timestamp_ms"],
+            row["flag"],
+            row["reconsume_times"],
+        )
         # op bodies always, half bodies only when asked for
         assert m["body"] == (row["body"] if m["topic"] == OP else None)
     # broker-a: the half entries into the expired file are bad records at their CQ entry.
-    expired = [r for r in rows_by_broker["broker-a"] if r["topic"] == HALF and r["commitlog_offset"] < 3000]
+    expired = [
+        r for r in rows_by_broker["broker-a"] if r["topic"] == HALF and r["commitlog_offset"] < 3000
+    ]
     assert len(expired) > 3
-    assert sorted((b["broker"], b["source"], b["position"], b["topic"], b["queue_id"], b["queue_offset"]) for b in bad) == sorted(
-        ("broker-a", f"consumequeue/{HALF}/0/{_cq_file(r['queue_offset'], 16)}", (r["queue_offset"] % 16) * 20, HALF, 0, r["queue_offset"])
+    assert sorted(
+        (b["broker"], b["source"], b["position"], b["topic"], b["queue_id"], b["queue_offset"])
+        for b in bad
+    ) == sorted(
+        (
+            "broker-a",
+            f"consumequeue/{HALF}/0/{_cq_file(r['queue_offset'], 16)}",
+            (r["queue_offset"] % 16) * 20,
+            HALF,
+            0,
+            r["queue_offset"],
+        )
         for r in expired
     )
     assert all("expired" in b["reason"] and len(b["raw_hex"]) == 40 for b in bad)
     # notes: the rebuilt op queue of A, the scan of B
-    assert ("broker-a", 0, f"consume queue consumequeue/{OP}/0 missing: queue rebuilt from the commit log") in read.notes
-    assert any(n[0] == "broker-b" and n[1] is None and "rebuilt by scanning" in n[2] for n in read.notes)
+    assert (
+        "broker-a",
+        0,
+        f"consume queue consumequeue/{OP}/0 missing: queue rebuilt from the commit log",
+    ) in read.notes
+    assert any(
+        n[0] == "broker-b" and n[1] is None and "rebuilt by scanning" in n[2] for n in read.notes
+    )
     assert not any(n[0] == "broker-c" for n in read.notes)
     # committed offsets of broker-c only (the others have no offsets file)
-    assert sorted(tuple(r) for r in read.committed_offsets.collect()) == [("broker-c", HALF, 0, 7), ("broker-c", OP, 0, 2)]
+    assert sorted(tuple(r) for r in read.committed_offsets.collect()) == [
+        ("broker-c", HALF, 0, 7),
+        ("broker-c", OP, 0, 2),
+    ]
     # broker-c's half queue starts at 5 (padded head skipped, not bad)
     assert min(k[3] for k in got if k[0] == "broker-c" and k[1] == HALF) == 5
 
 
 def test_half_bodies_and_crc_when_asked(spark, stores):
     base, rows_by_broker = stores
-    read = read_stores(spark, [StoreSpec("broker-b", base / "b")], include_half_body=True, verify_crc=True)
+    read = read_stores(
+        spark, [StoreSpec("broker-b", base / "b")], include_half_body=True, verify_crc=True
+    )
     try:
         messages = {(m.topic, m.queue_offset): m for m in read.messages.collect()}
         assert read.bad_records.count() == 0
@@ -181,9 +231,17 @@ def test_half_bodies_and_crc_when_asked(spark, stores):
 def test_real_file_through_the_commit_log_scan(spark, tmp_path):
     (tmp_path / "commitlog").mkdir()
     shutil.copy(FIXTURE, tmp_path / "commitlog" / FIXTURE.name)
-    read = read_stores(spark, [parse_store_arg(str(tmp_path))], topics=("abc",), include_half_body=True, verify_crc=True)
+    read = read_stores(
+        spark,
+        [parse_store_arg(str(tmp_path))],
+        topics=("abc",),
+        include_half_body=True,
+        verify_crc=True,
+    )
     try:
-        rows = sorted((r.asDict() for r in read.messages.collect()), key=lambda r: r["queue_offset"])
+        rows = sorted(
+            (r.asDict() for r in read.messages.collect()), key=lambda r: r["queue_offset"]
+        )
         assert read.bad_records.count() == 0
     finally:
         read.unpersist()
@@ -196,7 +254,9 @@ def test_real_file_through_the_commit_log_scan(spark, tmp_path):
         assert r["body"] == b"Once, there was a chance for me!"
         assert r["properties"] == ref["properties"] and r["tags"] == "TAG1"
         assert (r["born_host"], r["store_host"]) == (ref["born_host"], ref["store_host"])
-    assert read.notes == [(tmp_path.name, None, "no consume queue for abc: queues rebuilt by scanning the commit log")]
+    assert read.notes == [
+        (tmp_path.name, None, "no consume queue for abc: queues rebuilt by scanning the commit log")
+    ]
 
 
 def test_read_only_store_is_not_changed(spark, stores, tmp_path):
@@ -250,12 +310,23 @@ def test_files_are_only_opened_for_reading(stores, monkeypatch):
 
 @pytest.fixture()
 def damaged(tmp_path):
-    rows = _write(tmp_path, [dict(r, topic=HALF, queue_id=0) for r in reference.txn_rows(10, other_every=0, compress_every=0)],
-                  commitlog_file_size=4096, cq_file_entries=64)
+    rows = _write(
+        tmp_path,
+        [
+            dict(r, topic=HALF, queue_id=0)
+            for r in reference.txn_rows(10, other_every=0, compress_every=0)
+        ],
+        commitlog_file_size=4096,
+        cq_file_entries=64,
+    )
     cq = tmp_path / "consumequeue" / HALF / "0" / "00000000000000000000"
     data = bytearray(cq.read_bytes())
-    struct.pack_into(">qi", data, 2 * 20, rows[2]["commitlog_offset"] + 3, rows[2]["stored_size"])  # middle of a record
-    struct.pack_into(">qi", data, 3 * 20, rows[4]["commitlog_offset"], rows[4]["stored_size"])  # another record
+    struct.pack_into(
+        ">qi", data, 2 * 20, rows[2]["commitlog_offset"] + 3, rows[2]["stored_size"]
+    )  # middle of a record
+    struct.pack_into(
+        ">qi", data, 3 * 20, rows[4]["commitlog_offset"], rows[4]["stored_size"]
+    )  # another record
     struct.pack_into(">qi", data, 5 * 20, 10**9, rows[5]["stored_size"])  # past the end
     struct.pack_into(">qi", data, 8 * 20, rows[8]["commitlog_offset"], 0)  # invalid size
     cq.write_bytes(bytes(data) + b"\x07\x07\x07")  # and a truncated entry at the end
@@ -282,7 +353,12 @@ def test_damaged_entries_and_records_are_bad_records(damaged):
     crc = by_position[("commitlog/00000000000000000000", rows[6]["commitlog_offset"])]
     assert crc["reason"].startswith("body CRC mismatch")
     assert (crc["topic"], crc["queue_id"], crc["queue_offset"]) == (HALF, 0, 6)
-    assert bytes.fromhex(crc["raw_hex"]) == (root / "commitlog" / "00000000000000000000").read_bytes()[rows[6]["commitlog_offset"]:][:64]
+    assert (
+        bytes.fromhex(crc["raw_hex"])
+        == (root / "commitlog" / "00000000000000000000").read_bytes()[
+            rows[6]["commitlog_offset"] :
+        ][:64]
+    )
     for key in [(cq_name, 40), (cq_name, 60), (cq_name, 100)]:
         b = by_position[key]
         assert (b["topic"], b["queue_id"], b["queue_offset"]) == (HALF, 0, key[1] // 20)
@@ -302,9 +378,15 @@ def test_corrupt_commit_log_during_a_scan_skips_to_the_next_file(tmp_path):
     raw[victim["commitlog_offset"] + 4 : victim["commitlog_offset"] + 8] = b"\xde\xad\xbe\xef"
     log.write_bytes(bytes(raw))
     messages, bad = _split(_table(read_batches([StoreSpec("e", tmp_path)])))
-    assert [(b["source"], b["position"], b["topic"]) for b in bad] == [("commitlog/00000000000000000000", victim["commitlog_offset"], None)]
+    assert [(b["source"], b["position"], b["topic"]) for b in bad] == [
+        ("commitlog/00000000000000000000", victim["commitlog_offset"], None)
+    ]
     assert "bad magic code 0xDEADBEEF" in bad[0]["reason"]
-    lost = {_key(r) for r in rows if r["commitlog_offset"] >= victim["commitlog_offset"] and r["commitlog_offset"] < 2048}
+    lost = {
+        _key(r)
+        for r in rows
+        if r["commitlog_offset"] >= victim["commitlog_offset"] and r["commitlog_offset"] < 2048
+    }
     assert {_key(m) for m in messages} == {_key(r) for r in rows} - lost
 
 
@@ -320,7 +402,9 @@ def test_arbitrary_files_give_only_records_and_bad_records(commitlog, cq, other_
         qdir = root / "consumequeue" / HALF / "0"
         qdir.mkdir(parents=True)
         (qdir / "00000000000000000000").write_bytes(cq)
-        table = _table(read_batches([StoreSpec("r", root)], verify_crc=verify, include_half_body=True))
+        table = _table(
+            read_batches([StoreSpec("r", root)], verify_crc=verify, include_half_body=True)
+        )
         for row in table.to_pylist():
             assert row["broker"] == "r" and row["source"] and row["position"] is not None
             if row["reason"] is None:
@@ -338,7 +422,9 @@ def test_random_consume_queue_over_real_commit_log(tmp_path):
     sizes = np.concatenate([np.full(47, 172), rng.integers(-1, 300, 60)])
     qdir = tmp_path / "consumequeue" / "abc" / "0"
     qdir.mkdir(parents=True)
-    (qdir / "00000000000000000000").write_bytes(codec.encode_cq_entries(offsets, sizes, np.zeros(len(offsets), np.int64)))
+    (qdir / "00000000000000000000").write_bytes(
+        codec.encode_cq_entries(offsets, sizes, np.zeros(len(offsets), np.int64))
+    )
     messages, bad = _split(_table(read_batches([StoreSpec("x", tmp_path)], topics=("abc",))))
     assert sorted(m["queue_offset"] for m in messages) == list(range(47))
     assert len(messages) + len(bad) == len(offsets) - int(np.sum((offsets == 0) & (sizes == 0)))
@@ -383,5 +469,9 @@ def test_read_stores_input_errors_before_any_job(spark, tmp_path):
 def test_empty_store_reads_nothing(spark, tmp_path):
     (tmp_path / "commitlog").mkdir()
     read = read_stores(spark, [StoreSpec("z", tmp_path)])
-    assert read.messages.count() == 0 and read.bad_records.count() == 0 and read.committed_offsets.count() == 0
+    assert (
+        read.messages.count() == 0
+        and read.bad_records.count() == 0
+        and read.committed_offsets.count() == 0
+    )
     read.unpersist()

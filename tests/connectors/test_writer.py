@@ -33,8 +33,12 @@ def test_reproduces_the_real_file_byte_for_byte(tmp_path, raw_properties):
     table = _fixture_table()
     if raw_properties:
         data = FIXTURE.read_bytes()
-        raw = [reference.decode_one(data, p)["props_raw"] for p in table.column("position").to_pylist()]
-        table = table.drop_columns(["properties"]).append_column("properties_raw", pa.array(raw, pa.binary()))
+        raw = [
+            reference.decode_one(data, p)["props_raw"] for p in table.column("position").to_pylist()
+        ]
+        table = table.drop_columns(["properties"]).append_column(
+            "properties_raw", pa.array(raw, pa.binary())
+        )
     with StoreWriter(tmp_path, commitlog_file_size=8192, cq_file_entries=64) as writer:
         assigned = writer.append(table)
         # a 48th record does not fit in the 108 bytes left: BLANK filler, next file
@@ -51,8 +55,17 @@ def test_reproduces_the_real_file_byte_for_byte(tmp_path, raw_properties):
 
 
 def _row(i: int, topic: str = "T", body: bytes = b"x", **extra) -> dict:
-    return {"topic": topic, "queue_id": 0, "born_timestamp_ms": i, "store_timestamp_ms": i, "body": body,
-            "born_host": "1.2.3.4:5", "store_host": "5.6.7.8:10911", "properties": {"TAGS": "d"}, **extra}
+    return {
+        "topic": topic,
+        "queue_id": 0,
+        "born_timestamp_ms": i,
+        "store_timestamp_ms": i,
+        "body": body,
+        "born_host": "1.2.3.4:5",
+        "store_host": "5.6.7.8:10911",
+        "properties": {"TAGS": "d"},
+        **extra,
+    }
 
 
 def test_blank_filler_leaves_8_bytes_rule(tmp_path):
@@ -107,17 +120,27 @@ def test_round_trip_through_reference_decoder(tmp_path):
         if row["sys_flag"] & 1:
             body = codec.decompress_body(body, record["sys_flag"])
         assert body == row["body"]
-        assert record["sys_flag"] & 0x30 == (0x10 if "[" in row["born_host"] else 0) | (0x20 if "[" in row["store_host"] else 0)
+        assert record["sys_flag"] & 0x30 == (0x10 if "[" in row["born_host"] else 0) | (
+            0x20 if "[" in row["store_host"] else 0
+        )
         for name in ("flag", "born_timestamp_ms", "store_timestamp_ms", "reconsume_times"):
             assert record[name] == row[name]
     # Consume queues: one entry per record, in queue order, across files of 25 entries.
     for (topic, queue), count in next_offset.items():
         qdir = tmp_path / "consumequeue" / topic / str(queue)
         entries = [e for f in sorted(qdir.iterdir()) for e in _cq(f)]
-        assert [f.name for f in sorted(qdir.iterdir())] == [f"{i * 500:020d}" for i in range((count + 24) // 25)]
-        wanted = [(a["commitlog_offset"], a["stored_size"]) for r, a in zip(rows, assigned, strict=True) if (r["topic"], r["queue_id"]) == (topic, queue)]
+        assert [f.name for f in sorted(qdir.iterdir())] == [
+            f"{i * 500:020d}" for i in range((count + 24) // 25)
+        ]
+        wanted = [
+            (a["commitlog_offset"], a["stored_size"])
+            for r, a in zip(rows, assigned, strict=True)
+            if (r["topic"], r["queue_id"]) == (topic, queue)
+        ]
         assert [(o, s) for o, s, _ in entries[:count]] == wanted
-        tag = {"RMQ_SYS_TRANS_OP_HALF_TOPIC": 100, "TopicTest": reference.java_hash("TagA")}.get(topic, 0)
+        tag = {"RMQ_SYS_TRANS_OP_HALF_TOPIC": 100, "TopicTest": reference.java_hash("TagA")}.get(
+            topic, 0
+        )
         assert {t for _, _, t in entries[:count]} == {tag}
 
 
@@ -136,19 +159,47 @@ def test_queue_offsets_explicit_padding_and_transaction_types(tmp_path):
         assert writer.next_queue_offsets == {("T", 0): 9, ("U", 3): 2}
     assert got.column("queue_offset").to_pylist() == [5, 6, 0, 0, 7, 0]
     assert more.column("queue_offset").to_pylist() == [8, 1]
-    offsets = got.column("commitlog_offset").to_pylist() + more.column("commitlog_offset").to_pylist()
+    offsets = (
+        got.column("commitlog_offset").to_pylist() + more.column("commitlog_offset").to_pylist()
+    )
     sizes = got.column("stored_size").to_pylist() + more.column("stored_size").to_pylist()
     qdir = tmp_path / "consumequeue" / "T" / "0"
     # Offset 5 lies in the second file (entries 4-7): entry 4 is padding, as the broker does.
-    assert sorted(p.name for p in qdir.iterdir()) == ["00000000000000000080", "00000000000000000160"]
-    assert _cq(qdir / "00000000000000000080") == [(0, 0x7FFFFFFF, 0), (offsets[0], sizes[0], 100), (offsets[1], sizes[1], 100), (offsets[4], sizes[4], 100)]
+    assert sorted(p.name for p in qdir.iterdir()) == [
+        "00000000000000000080",
+        "00000000000000000160",
+    ]
+    assert _cq(qdir / "00000000000000000080") == [
+        (0, 0x7FFFFFFF, 0),
+        (offsets[0], sizes[0], 100),
+        (offsets[1], sizes[1], 100),
+        (offsets[4], sizes[4], 100),
+    ]
     assert _cq(qdir / "00000000000000000160")[0] == (offsets[6], sizes[6], 100)
-    assert _cq(tmp_path / "consumequeue" / "U" / "3" / "00000000000000000000")[:2] == [(offsets[5], sizes[5], 100), (offsets[7], sizes[7], 100)]
+    assert _cq(tmp_path / "consumequeue" / "U" / "3" / "00000000000000000000")[:2] == [
+        (offsets[5], sizes[5], 100),
+        (offsets[7], sizes[7], 100),
+    ]
 
 
 def test_given_crc_is_written_as_is_and_defaults(tmp_path):
-    table = reference.messages_table([_row(0, body_crc=12345), {"topic": "T", "queue_id": 1, "born_timestamp_ms": 1, "store_timestamp_ms": 2}])
-    table = table.select(["topic", "queue_id", "born_timestamp_ms", "store_timestamp_ms", "body", "body_crc", "born_host"])
+    table = reference.messages_table(
+        [
+            _row(0, body_crc=12345),
+            {"topic": "T", "queue_id": 1, "born_timestamp_ms": 1, "store_timestamp_ms": 2},
+        ]
+    )
+    table = table.select(
+        [
+            "topic",
+            "queue_id",
+            "born_timestamp_ms",
+            "store_timestamp_ms",
+            "body",
+            "body_crc",
+            "born_host",
+        ]
+    )
     with StoreWriter(tmp_path, commitlog_file_size=4096) as writer:
         writer.append(table)
     data = (tmp_path / "commitlog" / "00000000000000000000").read_bytes()
@@ -161,7 +212,11 @@ def test_given_crc_is_written_as_is_and_defaults(tmp_path):
 
 def test_long_topic_written_as_v2_and_default_magic(tmp_path):
     with StoreWriter(tmp_path, commitlog_file_size=4096, magic_version=2) as writer:
-        writer.append(reference.messages_table([_row(0, topic="short"), _row(1, topic="L" * 130, magic_version=1)]))
+        writer.append(
+            reference.messages_table(
+                [_row(0, topic="short"), _row(1, topic="L" * 130, magic_version=1)]
+            )
+        )
     data = (tmp_path / "commitlog" / "00000000000000000000").read_bytes()
     assert [reference.decode_one(data, p)["magic_version"] for p in reference.walk(data)] == [2, 2]
 
@@ -183,4 +238,7 @@ def test_empty_and_batch_inputs(tmp_path):
     with StoreWriter(tmp_path, commitlog_file_size=4096) as writer:
         got = writer.append(batch)
     assert got.column("queue_offset").to_pylist() == [0, 1, 2]
-    assert np.all(np.diff(got.column("commitlog_offset").to_numpy()) == got.column("stored_size").to_numpy()[:-1])
+    assert np.all(
+        np.diff(got.column("commitlog_offset").to_numpy())
+        == got.column("stored_size").to_numpy()[:-1]
+    )

@@ -15,8 +15,17 @@ HALF_ROWS = [
     # offset, age at AS_OF, properties
     (0, 60_000, {"UNIQ_KEY": "K0", "PGROUP": "pg", "REAL_TOPIC": "orders", "REAL_QID": "1"}),
     (1, 60_000, {"UNIQ_KEY": "K1", "PGROUP": "pg", "REAL_TOPIC": "orders", "REAL_QID": "1"}),
-    (2, 60_000, {"UNIQ_KEY": "K2", "PGROUP": "pg", "REAL_TOPIC": "orders", "REAL_QID": "2",
-                 "TRANSACTION_CHECK_TIMES": "15"}),
+    (
+        2,
+        60_000,
+        {
+            "UNIQ_KEY": "K2",
+            "PGROUP": "pg",
+            "REAL_TOPIC": "orders",
+            "REAL_QID": "2",
+            "TRANSACTION_CHECK_TIMES": "15",
+        },
+    ),
     (3, 2_000, {"UNIQ_KEY": "K3", "PGROUP": "pg", "REAL_TOPIC": "pay", "REAL_QID": "0"}),
 ]
 OP_ROWS = [(0, b"1"), (1, b"0,")]
@@ -31,7 +40,9 @@ def half_table() -> pa.Table:
             "born_timestamp_ms": [AS_OF - row[1] for row in HALF_ROWS],
             "store_timestamp_ms": [AS_OF - row[1] + 5 for row in HALF_ROWS],
             "store_host": ["10.0.0.2:10911"] * len(HALF_ROWS),
-            "properties": pa.array([list(row[2].items()) for row in HALF_ROWS], pa.map_(pa.string(), pa.string())),
+            "properties": pa.array(
+                [list(row[2].items()) for row in HALF_ROWS], pa.map_(pa.string(), pa.string())
+            ),
         }
     )
 
@@ -52,7 +63,11 @@ def op_table() -> pa.Table:
 
 def write_parquet_segments(folder: Path) -> tuple[Path, Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    half, op, offsets = folder / "half.parquet", folder / "op.parquet", folder / "consumerOffset.json"
+    half, op, offsets = (
+        folder / "half.parquet",
+        folder / "op.parquet",
+        folder / "consumerOffset.json",
+    )
     pq.write_table(half_table(), half)
     pq.write_table(op_table(), op)
     offsets.write_text(

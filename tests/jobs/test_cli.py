@@ -20,13 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def read_table(root: Path, table: str):
     path = str(root / table)
-    return DeltaTable(path).to_pyarrow_table(filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem()))
+    return DeltaTable(path).to_pyarrow_table(
+        filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem())
+    )
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The real command line in a child process (error paths stop before Spark starts)."""
     return subprocess.run(
-        [sys.executable, "-m", "jobs.reconcile", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "jobs.reconcile", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -41,8 +47,18 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 def test_missing_input_is_exit_2_with_one_line_and_no_output(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    result = run_cli("--half", str(tmp_path / "nope"), "--op", str(tmp_path / "nope"), "--format", "parquet",
-                     "--broker", "b", "--output", str(output))
+    result = run_cli(
+        "--half",
+        str(tmp_path / "nope"),
+        "--op",
+        str(tmp_path / "nope"),
+        "--format",
+        "parquet",
+        "--broker",
+        "b",
+        "--output",
+        str(output),
+    )
     assert_one_line_error(result, str(tmp_path / "nope"), "not found")
     assert not output.exists()
 
@@ -51,8 +67,20 @@ def test_malformed_offsets_file_is_exit_2(tmp_path: Path) -> None:
     half, op, offsets = write_parquet_segments(tmp_path / "in")
     offsets.write_text('{"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {0: "x"}}}')
     output = tmp_path / "out"
-    result = run_cli("--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
-                     "--broker", "b", "--output", str(output))
+    result = run_cli(
+        "--half",
+        str(half),
+        "--op",
+        str(op),
+        "--offsets",
+        str(offsets),
+        "--format",
+        "parquet",
+        "--broker",
+        "b",
+        "--output",
+        str(output),
+    )
     assert_one_line_error(result, str(offsets))
     assert not output.exists()
 
@@ -73,8 +101,20 @@ def test_not_a_store_is_exit_2(tmp_path: Path) -> None:
 
 def _segment_args(tmp_path: Path, output: Path) -> list[str]:
     half, op, offsets = write_parquet_segments(tmp_path / "in")
-    return ["--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
-            "--broker", "b", "--output", str(output)]
+    return [
+        "--half",
+        str(half),
+        "--op",
+        str(op),
+        "--offsets",
+        str(offsets),
+        "--format",
+        "parquet",
+        "--broker",
+        "b",
+        "--output",
+        str(output),
+    ]
 
 
 def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
@@ -93,11 +133,17 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
         runs = data.column("run_id").to_pylist()
         assert runs.count("run-1") == runs.count("run-2"), table
     pending = read_table(output, "pending").to_pylist()
-    run_1 = sorted((row["half_offset"], row["status"], row["check_times"]) for row in pending if row["run_id"] == "run-1")
+    run_1 = sorted(
+        (row["half_offset"], row["status"], row["check_times"])
+        for row in pending
+        if row["run_id"] == "run-1"
+    )
     # 0 and 1 are resolved by the ops; 2 reached the max; 3 is too young and stops the round.
     assert run_1 == [(2, "discard_check_max", 15), (3, "too_young", None)]
-    offsets = {(r["topic"], r["run_id"]): (r["offset_before"], r["offset_after"], r["offset_safe"])
-               for r in read_table(output, "consume_offsets").to_pylist()}
+    offsets = {
+        (r["topic"], r["run_id"]): (r["offset_before"], r["offset_after"], r["offset_safe"])
+        for r in read_table(output, "consume_offsets").to_pylist()
+    }
     assert offsets[("RMQ_SYS_TRANS_HALF_TOPIC", "run-1")] == (0, 3, 3)
     assert offsets[("RMQ_SYS_TRANS_OP_HALF_TOPIC", "run-1")] == (0, 2, 2)
     assert len(offsets) == 4
@@ -106,7 +152,9 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
     assert "discard_check_max=1" in capsys.readouterr().out
 
 
-def test_as_of_latest_is_one_ms_after_the_newest_record(spark: SparkSession, tmp_path: Path) -> None:
+def test_as_of_latest_is_one_ms_after_the_newest_record(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     output = tmp_path / "out"
     assert main([*_segment_args(tmp_path, output), "--as-of", "latest"], spark=spark) == 0
     summary = read_table(output, "run_summary").to_pylist()
@@ -117,10 +165,26 @@ def test_as_of_latest_is_one_ms_after_the_newest_record(spark: SparkSession, tmp
 def test_json_segments_give_the_same_round_as_parquet(spark: SparkSession, tmp_path: Path) -> None:
     half, op = write_json_segments(tmp_path / "json")
     output = tmp_path / "out"
-    args = ["--half", str(half), "--op", str(op), "--format", "json", "--broker", "b", "--output", str(output),
-            "--as-of", str(AS_OF), "--run-id", "json"]
+    args = [
+        "--half",
+        str(half),
+        "--op",
+        str(op),
+        "--format",
+        "json",
+        "--broker",
+        "b",
+        "--output",
+        str(output),
+        "--as-of",
+        str(AS_OF),
+        "--run-id",
+        "json",
+    ]
     assert main(args, spark=spark) == 0
-    pending = sorted((r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist())
+    pending = sorted(
+        (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
+    )
     assert pending == [(2, "discard_check_max"), (3, "too_young")]
 
 
@@ -133,7 +197,9 @@ def test_strict_fails_with_exit_1_and_writes_nothing(spark: SparkSession, tmp_pa
     table = pq.read_table(op_path)
     bodies = table.column("body").to_pylist()
     bodies[0] = b"x"
-    pq.write_table(table.set_column(table.schema.get_field_index("body"), "body", [bodies]), op_path)
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("body"), "body", [bodies]), op_path
+    )
     assert main([*args, "--as-of", str(AS_OF), "--strict"], spark=spark) == 1
     assert not output.exists()
 
@@ -144,12 +210,24 @@ def test_conf_file_and_flags_and_include_body(spark: SparkSession, tmp_path: Pat
     # check_max 2 in the file would discard nothing new; the flag (3) must win over it,
     # and the file's timeout must apply: 1 s makes record 3 (age 2 s) checkable.
     conf.write_text("[broker]\ncheck_max = 2\ntransaction_timeout_ms = 1000\n")
-    args = [*_segment_args(tmp_path, output), "--as-of", str(AS_OF), "--run-id", "conf",
-            "--conf", str(conf), "--check-max", "20", "--include-body"]
+    args = [
+        *_segment_args(tmp_path, output),
+        "--as-of",
+        str(AS_OF),
+        "--run-id",
+        "conf",
+        "--conf",
+        str(conf),
+        "--check-max",
+        "20",
+        "--include-body",
+    ]
     assert main(args, spark=spark) == 0
     pending = read_table(output, "pending")
     assert "body" in pending.column_names
-    statuses = sorted((r["half_offset"], r["status"], r["check_times"]) for r in pending.to_pylist())
+    statuses = sorted(
+        (r["half_offset"], r["status"], r["check_times"]) for r in pending.to_pylist()
+    )
     # check_max 20 (flag over file): counter 15 is checked, not discarded; timeout 1000 ms
     # (file over default): the 2 s old record is checked too.
     assert statuses == [(2, "check", 16), (3, "check", 1)]
@@ -158,5 +236,7 @@ def test_conf_file_and_flags_and_include_body(spark: SparkSession, tmp_path: Pat
 def test_bad_conf_file_is_exit_2(tmp_path: Path) -> None:
     conf = tmp_path / "job.toml"
     conf.write_text("[broker]\ncheck_max = 'many'\n")
-    result = run_cli("--store", str(tmp_path), "--output", str(tmp_path / "out"), "--conf", str(conf))
+    result = run_cli(
+        "--store", str(tmp_path), "--output", str(tmp_path / "out"), "--conf", str(conf)
+    )
     assert_one_line_error(result, str(conf), "check_max")

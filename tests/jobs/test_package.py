@@ -16,16 +16,38 @@ from tests.jobs.test_cli import read_table
 def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Path) -> None:
     archive, entry = build(tmp_path / "dist")
     names = set(zipfile.ZipFile(archive).namelist())
-    assert {"jobs/reconcile.py", "transforms/round.py", "schemas/outputs.py", "connectors/delta.py",
-            "connectors/rocketmq/reader.py", "conf/default.toml"} <= names
+    assert {
+        "jobs/reconcile.py",
+        "transforms/round.py",
+        "schemas/outputs.py",
+        "connectors/delta.py",
+        "connectors/rocketmq/reader.py",
+        "conf/default.toml",
+    } <= names
 
     half, op, offsets = write_parquet_segments(tmp_path / "in")
     output = tmp_path / "out"
     spark_submit = Path(sys.executable).with_name("spark-submit")
     argv = command(archive, entry, master="local[1]")
     argv[0] = str(spark_submit)
-    argv += ["--half", str(half), "--op", str(op), "--offsets", str(offsets), "--format", "parquet",
-             "--broker", "b", "--output", str(output), "--as-of", str(AS_OF), "--run-id", "submitted"]
+    argv += [
+        "--half",
+        str(half),
+        "--op",
+        str(op),
+        "--offsets",
+        str(offsets),
+        "--format",
+        "parquet",
+        "--broker",
+        "b",
+        "--output",
+        str(output),
+        "--as-of",
+        str(AS_OF),
+        "--run-id",
+        "submitted",
+    ]
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
@@ -33,5 +55,7 @@ def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Pat
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "discard_check_max=1" in result.stdout
-    pending = sorted((r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist())
+    pending = sorted(
+        (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
+    )
     assert pending == [(2, "discard_check_max"), (3, "too_young")]

@@ -12,26 +12,83 @@ from schemas.messages import MESSAGE_COLUMNS
 from tests.jobs.test_cli import read_table
 
 COMPARED = {
-    "pending": ("broker", "queue_id", "half_offset", "uniq_key", "status", "check_times", "immunity_ms", "offset_msg_id"),
+    "pending": (
+        "broker",
+        "queue_id",
+        "half_offset",
+        "uniq_key",
+        "status",
+        "check_times",
+        "immunity_ms",
+        "offset_msg_id",
+    ),
     "check_requests": ("broker", "half_offset", "check_times"),
     "discards": ("broker", "half_offset", "reason", "check_times"),
-    "consume_offsets": ("broker", "topic", "queue_id", "offset_committed", "offset_before", "offset_after", "offset_safe"),
-    "run_summary": ("broker", "queue_id", "h0", "h1", "h_safe", "p0", "p1", "p_safe", "resolved", "check", "immune",
-                    "discard_check_max", "discard_expired", "too_young", "not_reached", "bad_records"),
+    "consume_offsets": (
+        "broker",
+        "topic",
+        "queue_id",
+        "offset_committed",
+        "offset_before",
+        "offset_after",
+        "offset_safe",
+    ),
+    "run_summary": (
+        "broker",
+        "queue_id",
+        "h0",
+        "h1",
+        "h_safe",
+        "p0",
+        "p1",
+        "p_safe",
+        "resolved",
+        "check",
+        "immune",
+        "discard_check_max",
+        "discard_expired",
+        "too_young",
+        "not_reached",
+        "bad_records",
+    ),
 }
 
 
 def rows(root: Path, table: str) -> list[tuple]:
-    return sorted(tuple(row[c] for c in COMPARED[table]) for row in read_table(root, table).to_pylist())
+    return sorted(
+        tuple(row[c] for c in COMPARED[table]) for row in read_table(root, table).to_pylist()
+    )
 
 
 def test_store_and_exported_segments_agree(spark: SparkSession, tmp_path: Path) -> None:
     store = tmp_path / "broker-a"
-    write_store(SimConfig(transactions=400, seed=11, immunity_fraction=0.1, never_fraction=0.05,
-                          commitlog_file_size=256 * 1024), store)
+    write_store(
+        SimConfig(
+            transactions=400,
+            seed=11,
+            immunity_fraction=0.1,
+            never_fraction=0.05,
+            commitlog_file_size=256 * 1024,
+        ),
+        store,
+    )
     from_store = tmp_path / "from-store"
-    assert main(["--store", f"broker-a={store}", "--as-of", "latest", "--output", str(from_store),
-                 "--run-id", "x"], spark=spark) == 0
+    assert (
+        main(
+            [
+                "--store",
+                f"broker-a={store}",
+                "--as-of",
+                "latest",
+                "--output",
+                str(from_store),
+                "--run-id",
+                "x",
+            ],
+            spark=spark,
+        )
+        == 0
+    )
 
     # Export the decoded half and op records as Parquet, the way an auditor would.
     from connectors.rocketmq.reader import StoreSpec, read_stores
@@ -43,9 +100,30 @@ def test_store_and_exported_segments_agree(spark: SparkSession, tmp_path: Path) 
     messages.filter("topic = 'RMQ_SYS_TRANS_OP_HALF_TOPIC'").write.parquet(str(op))
     read.unpersist()
     from_segments = tmp_path / "from-segments"
-    assert main(["--half", str(half), "--op", str(op), "--offsets", str(store / "config" / "consumerOffset.json"),
-                 "--format", "parquet", "--broker", "broker-a", "--as-of", "latest", "--output", str(from_segments),
-                 "--run-id", "x"], spark=spark) == 0
+    assert (
+        main(
+            [
+                "--half",
+                str(half),
+                "--op",
+                str(op),
+                "--offsets",
+                str(store / "config" / "consumerOffset.json"),
+                "--format",
+                "parquet",
+                "--broker",
+                "broker-a",
+                "--as-of",
+                "latest",
+                "--output",
+                str(from_segments),
+                "--run-id",
+                "x",
+            ],
+            spark=spark,
+        )
+        == 0
+    )
 
     pending = rows(from_store, "pending")
     assert pending, "the simulated store should leave some transactions pending"

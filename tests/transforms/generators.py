@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC, PROP_TRAN_MSG
@@ -312,3 +313,29 @@ def describe(case: Case) -> str:
     for _, topic, queue, offset in case.committed:
         lines.append(f"  committed q{queue} {topic} = {offset}")
     return "\n".join(lines) or "  (empty)"
+
+
+def generate(round_params: RoundParams, count: int) -> list[Case]:
+    """``count`` cases from Hypothesis, deterministic (derandomized), without running Spark.
+
+    The value pools are relative to the parameters (counters around check_max, ages around
+    the timeout), so two parameter sets would get isomorphic cases from the same derandomized
+    stream; a leading draw that depends on the parameters shifts the stream apart.
+    """
+    collected: list[Case] = []
+    salt = st.tuples(*[st.integers(0, 255)] * (round_params.check_max % 7))
+
+    @settings(
+        max_examples=count,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(salt, cases(round_params))
+    def collect(_salt: tuple[int, ...], case: Case) -> None:
+        collected.append(case)
+
+    collect()
+    return collected

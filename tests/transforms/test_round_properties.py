@@ -20,14 +20,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from schemas.outputs import CLASSES, HALF_ROW_FIELDS
 from tests import reference
 from tests.transforms.builders import T, committed, frame, params
-from tests.transforms.generators import Case, cases, describe, simpler, with_broker
+from tests.transforms.generators import Case, describe, generate, simpler, with_broker
+from transforms import round as round_module
 from transforms.params import RoundParams
 from transforms.round import reconcile
 
@@ -59,32 +58,6 @@ SUMMARY_COLUMNS = (
     "has_warnings",
 )
 BAD_COLUMNS = ("source", "position", "topic", "queue_id", "queue_offset", "kind")
-
-
-def generate(round_params: RoundParams, count: int) -> list[Case]:
-    """``count`` cases from Hypothesis, deterministic (derandomized), without running Spark.
-
-    The value pools are relative to the parameters (counters around check_max, ages around
-    the timeout), so two parameter sets would get isomorphic cases from the same derandomized
-    stream; a leading draw that depends on the parameters shifts the stream apart.
-    """
-    collected: list[Case] = []
-    salt = st.tuples(*[st.integers(0, 255)] * (round_params.check_max % 7))
-
-    @settings(
-        max_examples=count,
-        derandomize=True,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(salt, cases(round_params))
-    def collect(_salt: tuple[int, ...], case: Case) -> None:
-        collected.append(case)
-
-    collect()
-    return collected
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,13 +237,20 @@ def assert_generator_reaches_the_edges(batch: list[Case], round_params: RoundPar
 
 
 @pytest.mark.parametrize(
-    ("round_params", "count"),
-    [(DEFAULTS, 240), (TIGHT, 160)],
-    ids=["broker-defaults", "check-max-3-timeout-10s-1h"],
+    ("round_params", "count", "broadcast"),
+    [(DEFAULTS, 240, True), (TIGHT, 160, True), (DEFAULTS, 120, False)],
+    ids=["broker-defaults", "check-max-3-timeout-10s-1h", "broker-defaults-shuffled-resolution"],
 )
 def test_round_matches_the_reference_on_generated_brokers(
-    spark: SparkSession, round_params: RoundParams, count: int
+    spark: SparkSession,
+    round_params: RoundParams,
+    count: int,
+    broadcast: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if not broadcast:
+        # The path for many records from h0 (an offset stalled far back): shuffled joins.
+        monkeypatch.setattr(round_module, "BROADCAST_ROWS", -1)
     batch = generate(round_params, count)
     assert len(batch) == count
     assert_generator_reaches_the_edges(batch, round_params)
