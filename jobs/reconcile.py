@@ -500,9 +500,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     write_outputs(
         spark, outputs, params.run_id, args.output, config.include_body, started, progress
     )
-    offset_rows = [
-        row.asDict() for row in outputs.consume_offsets.collect()
-    ]  # one row per queue and topic
+    # One row per queue and topic.
+    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
     write_offset_fragments(offset_rows, args.output)
     summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))

@@ -89,13 +89,10 @@ class RoundState:
     cached: tuple[DataFrame, ...] = ()  # frames the round itself cached
 
     def persist(self) -> RoundState:
-        """Materialise the shared record-level state once (a job writes six tables from it)."""
+        """Materialise the shared record-level state once (a job writes six tables from it).
+        ``bad_records`` is cached by ``classify_round`` already."""
         return RoundState(
-            self.pending.persist(),
-            self.queues,
-            self.bad_records.persist(),
-            self.params,
-            self.cached,
+            self.pending.persist(), self.queues, self.bad_records, self.params, self.cached
         )
 
     def unpersist(self) -> None:
