@@ -217,7 +217,8 @@ def localize(per_queue: DataFrame) -> DataFrame:
     that produced the frame, and each broadcast of it is a Spark job of its own; a small
     round took hundreds of stages.
     """
-    return per_queue.sparkSession.createDataFrame(per_queue.collect(), per_queue.schema)
+    rows = per_queue.collect()  # one row per queue: never proportional to the records
+    return per_queue.sparkSession.createDataFrame(rows, per_queue.schema)
 
 
 def classify_round(

@@ -92,3 +92,18 @@ def write_json_segments(folder: Path) -> tuple[Path, Path]:
             row["body"] = base64.b64encode(row["body"]).decode()
             out.write(json.dumps(row) + "\n")
     return half, op
+
+
+def segment_argv(
+    half: Path,
+    op: Path,
+    output: Path,
+    offsets: Path | None = None,
+    fmt: str = "parquet",
+    broker: str = "b",
+) -> list[str]:
+    """The command-line arguments of a segments run (``--half ... --output ...``)."""
+    argv = ["--half", str(half), "--op", str(op)]
+    if offsets is not None:
+        argv += ["--offsets", str(offsets)]
+    return [*argv, "--format", fmt, "--broker", broker, "--output", str(output)]

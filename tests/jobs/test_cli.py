@@ -13,7 +13,13 @@ from pyspark.sql import SparkSession
 
 from jobs.reconcile import main
 from schemas.outputs import TABLE_SCHEMAS
-from tests.jobs.segments import AS_OF, NEWEST_STORE_MS, write_json_segments, write_parquet_segments
+from tests.jobs.segments import (
+    AS_OF,
+    NEWEST_STORE_MS,
+    segment_argv,
+    write_json_segments,
+    write_parquet_segments,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,18 +53,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 
 def test_missing_input_is_exit_2_with_one_line_and_no_output(tmp_path: Path) -> None:
     output = tmp_path / "out"
-    result = run_cli(
-        "--half",
-        str(tmp_path / "nope"),
-        "--op",
-        str(tmp_path / "nope"),
-        "--format",
-        "parquet",
-        "--broker",
-        "b",
-        "--output",
-        str(output),
-    )
+    result = run_cli(*segment_argv(tmp_path / "nope", tmp_path / "nope", output))
     assert_one_line_error(result, str(tmp_path / "nope"), "not found")
     assert not output.exists()
 
@@ -67,20 +62,7 @@ def test_malformed_offsets_file_is_exit_2(tmp_path: Path) -> None:
     half, op, offsets = write_parquet_segments(tmp_path / "in")
     offsets.write_text('{"offsetTable": {"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS": {0: "x"}}}')
     output = tmp_path / "out"
-    result = run_cli(
-        "--half",
-        str(half),
-        "--op",
-        str(op),
-        "--offsets",
-        str(offsets),
-        "--format",
-        "parquet",
-        "--broker",
-        "b",
-        "--output",
-        str(output),
-    )
+    result = run_cli(*segment_argv(half, op, output, offsets))
     assert_one_line_error(result, str(offsets))
     assert not output.exists()
 
@@ -101,20 +83,7 @@ def test_not_a_store_is_exit_2(tmp_path: Path) -> None:
 
 def _segment_args(tmp_path: Path, output: Path) -> list[str]:
     half, op, offsets = write_parquet_segments(tmp_path / "in")
-    return [
-        "--half",
-        str(half),
-        "--op",
-        str(op),
-        "--offsets",
-        str(offsets),
-        "--format",
-        "parquet",
-        "--broker",
-        "b",
-        "--output",
-        str(output),
-    ]
+    return segment_argv(half, op, output, offsets)
 
 
 def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
@@ -166,16 +135,7 @@ def test_json_segments_give_the_same_round_as_parquet(spark: SparkSession, tmp_p
     half, op = write_json_segments(tmp_path / "json")
     output = tmp_path / "out"
     args = [
-        "--half",
-        str(half),
-        "--op",
-        str(op),
-        "--format",
-        "json",
-        "--broker",
-        "b",
-        "--output",
-        str(output),
+        *segment_argv(half, op, output, fmt="json"),
         "--as-of",
         str(AS_OF),
         "--run-id",

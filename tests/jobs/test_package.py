@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 from jobs.package import build, command
-from tests.jobs.segments import AS_OF, write_parquet_segments
+from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import read_table
 
 
@@ -31,18 +31,7 @@ def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Pat
     argv = command(archive, entry, master="local[1]")
     argv[0] = str(spark_submit)
     argv += [
-        "--half",
-        str(half),
-        "--op",
-        str(op),
-        "--offsets",
-        str(offsets),
-        "--format",
-        "parquet",
-        "--broker",
-        "b",
-        "--output",
-        str(output),
+        *segment_argv(half, op, output, offsets),
         "--as-of",
         str(AS_OF),
         "--run-id",
