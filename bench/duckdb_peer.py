@@ -1,7 +1,7 @@
 """The single-node peer an auditor would pick: DuckDB computing the round in SQL.
 
 It computes, from Parquet exports of the decoded records, what the Spark job computes
-(spec ``/work/shared/spec/reconcile.md`` sections 1, 3, 4, 5 and the row contents of 6),
+(spec ``docs/spec/reconcile.md`` sections 1, 3, 4, 5 and the row contents of 6),
 so that the job's results can be checked equal to an independent implementation and its
 run time put next to a single-node engine's.
 

@@ -1,6 +1,6 @@
 """A pure-Python reference of the reconciliation round, for tests only.
 
-It restates ``/work/shared/spec/reconcile.md`` sections 1, 3, 4 and 5 (plus the row contents
+It restates ``docs/spec/reconcile.md`` sections 1, 3, 4 and 5 (plus the row contents
 of section 6 and the bad records of section 7 that the round itself produces) as plainly as
 possible: no Spark, no cleverness, one queue at a time, walking the queue in offset order.
 Speed does not matter; every step should be checkable against a sentence of the spec.

@@ -1,7 +1,7 @@
 """Vectorised decoding and encoding of RocketMQ commit-log records and consume-queue entries.
 
 Pure numpy / pyarrow, no Spark (``docs/store-reader.md`` explains the design). The byte
-layout is ``shared/spec/rocketmq-store.md``: every integer is big-endian.
+layout is ``docs/spec/rocketmq-store.md``: every integer is big-endian.
 
 Decoding works on a whole file as a ``uint8`` array (``np.memmap(mode="r")``) and an array
 of record positions: the fixed-offset fields of all records are gathered at once with fancy

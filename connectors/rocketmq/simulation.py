@@ -5,7 +5,7 @@ producers in several producer groups send half messages for several real topics;
 transactions are committed or rolled back within milliseconds, some late, some never; the
 broker's transaction check service runs a check round every ``check_interval_ms`` and does
 what ``TransactionalMessageServiceImpl.check()`` does (4.9 or 5.1+ semantics, see
-``shared/notes/rocketmq-broker-check.md`` sections 2, 3 and 5): skip half offsets named by an
+``docs/broker-check.md`` sections 2, 3 and 5): skip half offsets named by an
 op record (exact offset match only), discard to ``TRANS_CHECK_MAX_TIME_TOPIC`` when the
 counter reached the maximum or the message is older than the file reserved time, put back
 immunity copies (``TRAN_PREPARED_QUEUE_OFFSET``, counter + 1, no check), stop at the first
@@ -67,7 +67,7 @@ from schemas.messages import (
 DEFAULT_END_MS = 1_750_000_000_000
 OP_STYLES = ("4.9", "5.x")
 
-# Commit-log record layout (shared/spec/rocketmq-store.md): fixed fields of a v1 record with
+# Commit-log record layout (docs/spec/rocketmq-store.md): fixed fields of a v1 record with
 # IPv4 hosts; the body, topic and properties lengths come on top.
 RECORD_FIXED_V1 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
 IPV6_EXTRA = 12

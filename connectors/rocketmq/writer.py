@@ -1,6 +1,6 @@
 """Write a RocketMQ broker store (commit log + consume queues) from canonical message rows.
 
-The byte layout is the broker's (``shared/spec/rocketmq-store.md``): commit-log files named by
+The byte layout is the broker's (``docs/spec/rocketmq-store.md``): commit-log files named by
 their first physical offset, a record placed only when 8 bytes stay free after it (else a
 BLANK filler and the next file), consume-queue files of ``cq_file_entries`` 20-byte entries,
 a queue that starts late padded with ``(0, 0x7FFFFFFF, 0)`` entries. Files are created at

@@ -1,7 +1,7 @@
 """The broker simulator (connectors/rocketmq/simulation.py, jobs/simulate.py).
 
 The vectorised engine is checked against a literal, record-at-a-time replay of the broker's
-check (shared/notes/rocketmq-broker-check.md sections 2, 3, 5, with the simulator's documented
+check (docs/broker-check.md sections 2, 3, 5, with the simulator's documented
 simplifications) run over the simulator's own output; then the written store is checked for
 determinism, counts, cross-references and, when the reader exists, a clean read-back.
 """
