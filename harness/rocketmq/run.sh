@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build and run one line of the real-broker harness.
+#   harness/rocketmq/run.sh v5|v4 --out DIR [--rounds N] [--transactions M]
+# Resolves the line's Maven dependencies (cached in ~/.m2), compiles it, and runs it with a JVM
+# whose home and temporary directory are a fresh directory of its own (removed afterwards), so
+# nothing outside it and ~/.m2 is touched. Exits non-zero with one `error: ...` line on failure.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+line="${1:-}"
+case "$line" in
+  v5|v4) shift ;;
+  *) echo "error: usage: $0 v5|v4 --out DIR [--rounds N] [--transactions M]" >&2; exit 2 ;;
+esac
+proj="$here/$line"
+command -v mvn >/dev/null || { echo "error: mvn not found (Maven 3.8+ is needed to build the harness)" >&2; exit 2; }
+command -v java >/dev/null || { echo "error: java not found (JDK 17 is needed)" >&2; exit 2; }
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/rmq-harness-$line.XXXXXX")"
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# Build: the classpath file and classes live in target/ (ignored by git).
+cp_file="$proj/target/classpath.txt"
+if ! (cd "$proj" && mvn -B -q dependency:build-classpath -Dmdep.outputFile="$cp_file" compile) \
+    >"$tmp/mvn.log" 2>&1; then
+  if grep -qE "Could not (transfer|resolve)|Unknown host|Connection refused|Network is unreachable" "$tmp/mvn.log"; then
+    echo "error: Maven could not resolve the harness's dependencies (is Maven Central reachable?); see mvn output below" >&2
+  else
+    echo "error: the $line harness failed to build; see mvn output below" >&2
+  fi
+  tail -20 "$tmp/mvn.log" >&2
+  exit 2
+fi
+
+# Java 17 needs these opens for the store's direct-buffer and mapped-file code (compiled for 1.8).
+opens=(
+  --add-opens java.base/java.nio=ALL-UNNAMED
+  --add-opens java.base/sun.nio.ch=ALL-UNNAMED
+  --add-opens java.base/jdk.internal.ref=ALL-UNNAMED
+  --add-opens java.base/java.lang=ALL-UNNAMED
+  --add-opens java.base/java.util=ALL-UNNAMED
+  --add-exports java.base/sun.nio.ch=ALL-UNNAMED
+)
+mkdir -p "$tmp/home" "$tmp/tmp"
+set +e
+java "${opens[@]}" -Xms256m -Xmx768m -XX:+UseSerialGC \
+  -Duser.home="$tmp/home" -Djava.io.tmpdir="$tmp/tmp" -Drocketmq.home.dir="$tmp/home" \
+  -Drocketmq.client.logUseSlf4j=true \
+  -cp "$proj/target/classes:$(cat "$cp_file")" rmqharness.Harness "$@"
+rc=$?
+set -e
+if [ "$rc" -ne 0 ] && [ -f "$tmp/home/logs/broker.log" ]; then
+  echo "--- last broker log lines ($line) ---" >&2
+  tail -15 "$tmp/home/logs/broker.log" >&2
+fi
+exit "$rc"
