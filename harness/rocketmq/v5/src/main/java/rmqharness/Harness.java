@@ -637,9 +637,11 @@ public final class Harness {
     row.put("discard_max_after", discardMax1);
     row.put("appended", appended(halfMax0, halfMax1));
     row.put("discards", discarded(discardMax0, discardMax1));
+    // No undecided entry at all: nothing can fall on a boundary (min_margin_ms null).
+    boolean none = margin[0] == Long.MAX_VALUE;
     row.put("margin_ok", margin[0] >= needed);
-    row.put("min_margin_ms", margin[0]);
-    row.put("margin_uniq_key_offset", margin[1]);
+    row.put("min_margin_ms", none ? null : margin[0]);
+    row.put("min_margin_queue_offset", none ? null : margin[1]);
     row.put("checks_sent", listener.checks);
     roundLog.write(row);
     if (margin[0] < needed) {
