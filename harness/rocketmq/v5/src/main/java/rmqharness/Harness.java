@@ -194,7 +194,8 @@ public final class Harness {
       long asOfTarget = t1 + (r - 1) * ROUND_PERIOD_MS;
       sleepUntil(asOfTarget - SEND_LEAD_MS);
       Thread live = r == liveRound ? liveSnapshot() : null;
-      if (r <= sendRounds) sendRound(r, Math.min(perRound, transactions - sent));
+      // Old half messages go in every round, so expired discards meet the tail's max discards.
+      sendRound(r, r <= sendRounds ? Math.min(perRound, transactions - sent) : OLD_PER_ROUND);
       resolvePending();
       sendLateEnds(r);
       if (live != null) live.join();
@@ -614,10 +615,15 @@ public final class Harness {
     long asOf = System.currentTimeMillis();
     broker.getTransactionalMessageService().check(TX_TIMEOUT_MS, CHECK_MAX, listener);
     long ended = System.currentTimeMillis();
-    answerGate.countDown();
+    // The "after" values are read while the round's answers are still held, so no end the
+    // answers cause (and no op it writes) can be counted as part of the round.
     awaitDispatch();
     long halfMax1 = maxOffset(HALF_TOPIC);
     long discardMax1 = maxOffset(DISCARD_TOPIC);
+    long opMax1 = maxOffset(OP_TOPIC);
+    long halfCommitted1 = committed(HALF_TOPIC);
+    long opCommitted1 = committed(OP_TOPIC);
+    answerGate.countDown();
     // A missing committed offset (-1) means the queue's minimum, as the broker reads it.
     long scanFrom = halfCommitted0 < 0 ? broker.getMessageStore().getMinOffsetInQueue(HALF_TOPIC, 0) : halfCommitted0;
     long[] margin = minMargin(scanFrom, halfMax0, asOf);
@@ -628,11 +634,11 @@ public final class Harness {
     row.put("half_max_before", halfMax0);
     row.put("half_max_after", halfMax1);
     row.put("op_max_before", opMax0);
-    row.put("op_max_after", maxOffset(OP_TOPIC));
+    row.put("op_max_after", opMax1);
     row.put("half_committed_before", halfCommitted0);
-    row.put("half_committed_after", committed(HALF_TOPIC));
+    row.put("half_committed_after", halfCommitted1);
     row.put("op_committed_before", opCommitted0);
-    row.put("op_committed_after", committed(OP_TOPIC));
+    row.put("op_committed_after", opCommitted1);
     row.put("discard_max_before", discardMax0);
     row.put("discard_max_after", discardMax1);
     row.put("appended", appended(halfMax0, halfMax1));
