@@ -21,14 +21,16 @@ trap cleanup EXIT
 
 # Build: the classpath file and classes live in target/ (ignored by git).
 cp_file="$proj/target/classpath.txt"
-if ! (cd "$proj" && mvn -B -q dependency:build-classpath -Dmdep.outputFile="$cp_file" compile) \
-    >"$tmp/mvn.log" 2>&1; then
-  if grep -qE "Could not (transfer|resolve)|Unknown host|Connection refused|Network is unreachable" "$tmp/mvn.log"; then
-    echo "error: Maven could not resolve the harness's dependencies (is Maven Central reachable?); see mvn output below" >&2
+# MVN_FLAGS: extra Maven flags, e.g. "-o" to build offline from a warm ~/.m2.
+if ! (cd "$proj" && mvn -B -q -Dstyle.color=never ${MVN_FLAGS:-} dependency:build-classpath \
+    -Dmdep.outputFile="$cp_file" compile) >"$tmp/mvn.log" 2>&1; then
+  if grep -qE "Could not (transfer|resolve|find)|No plugin found|Non-resolvable|Unknown host|Connection refused|Network is unreachable|offline" "$tmp/mvn.log"; then
+    echo "error: Maven could not resolve the $line harness's plugins or dependencies (Maven Central unreachable and ~/.m2 cold?); Maven said:" >&2
   else
-    echo "error: the $line harness failed to build; see mvn output below" >&2
+    echo "error: the $line harness failed to build; Maven said:" >&2
   fi
-  tail -20 "$tmp/mvn.log" >&2
+  sed 's/\x1b\[[0-9;]*m//g' "$tmp/mvn.log" | grep -E '^\[ERROR\] [^ ]' \
+    | grep -vE 'To see the full|Re-run Maven|For more information|\[Help ' | head -2 | cut -c1-300 | sed 's/^/  /' >&2
   exit 2
 fi
 
@@ -49,7 +51,7 @@ java "${opens[@]}" -Xms256m -Xmx768m -XX:+UseSerialGC \
   -cp "$proj/target/classes:$(cat "$cp_file")" rmqharness.Harness "$@"
 rc=$?
 set -e
-if [ "$rc" -ne 0 ] && [ -f "$tmp/home/logs/broker.log" ]; then
+if [ "$rc" -ne 0 ] && [ -s "$tmp/home/logs/broker.log" ]; then
   echo "--- last broker log lines ($line) ---" >&2
   tail -15 "$tmp/home/logs/broker.log" >&2
 fi

@@ -134,14 +134,15 @@ public final class Harness {
   }
 
   public static void main(String[] args) {
-    Map<String, String> opts = parseArgs(args);
-    int rounds = Integer.parseInt(opts.getOrDefault("rounds", "12"));
-    int transactions = Integer.parseInt(opts.getOrDefault("transactions", "500"));
-    if (!opts.containsKey("out")) fail(2, "--out DIR is required");
-    if (rounds < TAIL_ROUNDS + 1) fail(2, "--rounds must be at least " + (TAIL_ROUNDS + 1));
-    Path out = Path.of(opts.get("out")).toAbsolutePath();
-    Path work = Path.of(System.getProperty("java.io.tmpdir")).toAbsolutePath().resolve("broker");
-    Harness h = new Harness(rounds, transactions, out, work);
+    Harness h;
+    try {
+      h = fromArgs(args);
+    } catch (Failure f) {
+      System.err.println("error: " + f.getMessage());
+      System.exit(f.code);
+      return;
+    }
+    Path out = h.out;
     int code = 0;
     try {
       h.run();
@@ -149,8 +150,16 @@ public final class Harness {
       System.err.println("error: " + f.getMessage());
       code = f.code;
     } catch (Throwable t) {
-      System.err.println("error: harness failed: " + t);
-      t.printStackTrace();
+      // One line for the user; the stack trace goes to the run directory.
+      System.err.println("error: harness failed: " + t + " (stack trace in " + out.resolve("harness-error.txt") + ")");
+      try {
+        Files.createDirectories(out);
+        java.io.StringWriter trace = new java.io.StringWriter();
+        t.printStackTrace(new java.io.PrintWriter(trace));
+        Files.writeString(out.resolve("harness-error.txt"), trace.toString());
+      } catch (IOException ignored) {
+        // the error line above is what matters
+      }
       code = 3;
     } finally {
       h.stopAll();
@@ -158,6 +167,27 @@ public final class Harness {
     if (code == 0) System.out.println("run=" + out);
     // Broker threads (netty, schedulers) are not all daemons: end the JVM explicitly.
     System.exit(code);
+  }
+
+  private static Harness fromArgs(String[] args) {
+    Map<String, String> opts = parseArgs(args);
+    int rounds = intArg(opts, "rounds", 12);
+    int transactions = intArg(opts, "transactions", 500);
+    if (!opts.containsKey("out")) fail(2, "--out DIR is required");
+    if (rounds < TAIL_ROUNDS + 1) fail(2, "--rounds must be at least " + (TAIL_ROUNDS + 1));
+    if (transactions < 1) fail(2, "--transactions must be at least 1");
+    Path out = Path.of(opts.get("out")).toAbsolutePath();
+    Path work = Path.of(System.getProperty("java.io.tmpdir")).toAbsolutePath().resolve("broker");
+    return new Harness(rounds, transactions, out, work);
+  }
+
+  private static int intArg(Map<String, String> opts, String name, int dflt) {
+    try {
+      return Integer.parseInt(opts.getOrDefault(name, String.valueOf(dflt)));
+    } catch (NumberFormatException e) {
+      fail(2, "--" + name + " must be an integer, not " + opts.get(name));
+      return dflt;
+    }
   }
 
   private static Map<String, String> parseArgs(String[] args) {
@@ -201,7 +231,7 @@ public final class Harness {
       if (live != null) live.join();
       quiesce(r);
       Path snap = out.resolve(String.format("snapshots/round-%03d", r));
-      snapshot(snap, true);
+      snapshot(snap);
       if (System.currentTimeMillis() > asOfTarget) {
         fail(3, "round " + r + ": sending and quiescing overran the round's T by "
             + (System.currentTimeMillis() - asOfTarget) + " ms (machine too busy)");
@@ -830,7 +860,7 @@ public final class Harness {
     Thread t = new Thread(() -> {
       try {
         Thread.sleep(50);
-        snapshot(out.resolve("snapshots/live"), false);
+        snapshot(out.resolve("snapshots/live"));
       } catch (Exception e) {
         throw new IllegalStateException("live snapshot failed: " + e, e);
       }
@@ -840,7 +870,7 @@ public final class Harness {
   }
 
   /** commitlog/, consumequeue/ and config/consumerOffset.json (from the broker's memory). */
-  private void snapshot(Path dest, boolean quiesced) throws IOException {
+  private void snapshot(Path dest) throws IOException {
     Path store = work.resolve("store");
     copyTree(store.resolve("commitlog"), dest.resolve("commitlog"));
     copyTree(store.resolve("consumequeue"), dest.resolve("consumequeue"));
