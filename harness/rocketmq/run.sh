@@ -30,7 +30,7 @@ if ! (cd "$proj" && mvn -B -q -Dstyle.color=never ${MVN_FLAGS:-} dependency:buil
     echo "error: the $line harness failed to build; Maven said:" >&2
   fi
   sed 's/\x1b\[[0-9;]*m//g' "$tmp/mvn.log" | grep -E '^\[ERROR\] [^ ]' \
-    | grep -vE 'To see the full|Re-run Maven|For more information|\[Help ' | head -2 | cut -c1-300 | sed 's/^/  /' >&2
+    | grep -vE 'To see the full|Re-run Maven|For more information|^\[ERROR\] \[Help' | head -2 | cut -c1-300 | sed 's/^/  /' >&2 || true
   exit 2
 fi
 
