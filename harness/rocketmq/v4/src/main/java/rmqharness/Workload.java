@@ -18,20 +18,20 @@ final class Workload {
   /** One transaction to send: its script and the raw CHECK_IMMUNITY_TIME_IN_SECONDS value. */
   record Tx(String script, String immunity, boolean old) {}
 
-  // Immunity values: a normal one (12 s, two round periods), 0, -1 (= transactionTimeOut) and an
-  // unparsable one (the broker reads it as -1). 12 and the 6 s round period keep every age at a
-  // round 2.5 s or more away from 0, 6, 12 and 18 s.
+  // Immunity values: a normal one (16 s, two round periods), 0, -1 (= transactionTimeOut) and an
+  // unparsable one (the broker reads it as -1). 16 and the 8 s round period keep every age at a
+  // round about 4 s away from 0, 8, 16 and 24 s.
   private static final Tx[] WITH_IMMUNITY = {
-    new Tx("C", "12", false),
-    new Tx("U1C", "12", false),
+    new Tx("C", "16", false),
+    new Tx("U1C", "16", false),
     new Tx("N", "0", false),
     new Tx("U2C", "-1", false),
     new Tx("U1R", "abc", false),
-    new Tx("N", "12", false),
-    new Tx("LATE", "12", false),
+    new Tx("N", "16", false),
+    new Tx("LATE", "16", false),
     new Tx("U1R", "0", false),
     new Tx("R", "-1", false),
-    new Tx("U3C", "12", false),
+    new Tx("U3C", "16", false),
   };
 
   private static final Tx[] PLAIN = {

@@ -66,7 +66,7 @@ import org.apache.rocketmq.store.config.MessageStoreConfig;
 public final class Harness {
   static final String VERSION = "5.3.3";
   static final String BROKER_NAME = "broker-h";
-  static final long TX_TIMEOUT_MS = 6_000;
+  static final long TX_TIMEOUT_MS = 8_000;
   static final int CHECK_MAX = 3;
   static final long OP_BATCH_INTERVAL_MS = 100;
   static final int FILE_RESERVED_HOURS = 1;
@@ -75,9 +75,12 @@ public final class Harness {
   // The broker's own check timer is replaced by a no-op; the interval is kept for the record.
   static final long CHECK_INTERVAL_MS = 24L * 3600 * 1000;
   // One round every ROUND_PERIOD_MS; the round's messages are sent SEND_LEAD_MS before its T, so
-  // their ages at rounds are 3, 9, 15, ... s (minus the sending time): 3 s away from 0, 6, 12, 18.
-  static final long ROUND_PERIOD_MS = 6_000;
-  static final long SEND_LEAD_MS = 3_000;
+  // their ages at rounds are 4, 12, 20, ... s (minus the sending time): 4 s away from the
+  // boundaries 0, 8 (transactionTimeOut), 16 (the normal immunity) and 24. A 5.3.3 round takes
+  // about 1 s (its op-less sleep), so the margin (round duration + 1 s) holds with room for a
+  // busy machine.
+  static final long ROUND_PERIOD_MS = 8_000;
+  static final long SEND_LEAD_MS = 4_000;
   static final long OLD_AGE_MS = 2L * 3600 * 1000;
   static final int OLD_PER_ROUND = 2;
   static final int PLAIN_PER_ROUND = 4;
