@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     dist = Path(args[0] if args else "dist").resolve()
     archive, entry = build(dist)
     print(f"built {archive} and {entry}")
-    print("run it with (add the job's arguments; on a cluster use --master yarn or k8s://...):")
+    print(
+        "run it with (add the job's arguments; on a cluster use its --master and add"
+        " --conf spark.pyspark.python=PYTHON, see the README):"
+    )
     print(" ".join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
     return 0
 
