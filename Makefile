@@ -40,7 +40,7 @@ test-airflow: ## Airflow DAG test in its own venv (~/.cache/rmq-txn-reconcile/ve
 	bash tests/airflow/run.sh
 
 # The venv's own __pycache__ writes stay out of the checkout: the test asserts it is unchanged.
-test-cluster: $(STAMP) ## Standalone master + 2 workers on loopback: packaged job vs local[2] (~5 min)
+test-cluster: $(STAMP) ## Standalone master + 2 workers on loopback: packaged job vs local[2] (~12 min)
 	@start=$$(date +%s); \
 	PYTHONDONTWRITEBYTECODE=1 $(BIN)/python -m pytest -m cluster -s -p no:cacheprovider tests/cluster; \
 	status=$$?; echo "make test-cluster: exit $$status in $$(( $$(date +%s) - start )) s"; exit $$status
