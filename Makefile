@@ -71,7 +71,7 @@ bench-scaleout: $(BENCH_STAMP) ## Only the local[1] vs local[2] check on the 1M 
 
 DIST ?= dist
 
-package: $(STAMP) ## Build $(DIST)/ (zip + entry script) for spark-submit and print the command
+package: $(STAMP) ## Build dist/ (or DIST=DIR): zip + entry script for spark-submit, print the command
 	rm -rf $(DIST)
 	$(BIN)/python -m jobs.package $(DIST)
 
