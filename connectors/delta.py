@@ -7,6 +7,10 @@ Two writers behind one seam (``open_output``):
   transaction that replaces the run's partition (``mode="overwrite"`` with a partition
   filter on ``run_id``). Nothing proportional to the data passes through the driver,
   only the list of files. The offsets table, one row per queue and topic, is merged.
+  The driver lists files the executors wrote, so it counts the rows in what it found
+  against the rows the executors counted while writing and commits nothing when they
+  differ (``RowsNotCommittedError``): on a cluster whose output root is not shared
+  storage it would otherwise commit empty tables (docs/cluster.md).
 * ``DeltaSparkOutput``: for sessions that have Delta's JVM extension (a cluster with
   delta-spark); the same semantics with ``replaceWhere`` and ``DeltaTable.merge``.
 
@@ -33,7 +37,8 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.schema import Field
 from deltalake.transaction import AddAction
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
@@ -43,6 +48,10 @@ PARTITION_COLUMN = "run_id"
 OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
 COMMIT_ATTEMPTS = 8
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class RowsNotCommittedError(RuntimeError):
+    """The driver found fewer (or more) rows in the staged files than the executors wrote."""
 
 
 class OutputWriter(Protocol):
@@ -74,6 +83,19 @@ def partition_folder(run_id: str) -> str:
     if safe != run_id:
         safe = f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
     return f"{PARTITION_COLUMN}={safe}"
+
+
+def check_committed_rows(table: str, written: int, found: int, staging: Path) -> None:
+    """Refuse to commit when the files the driver lists do not hold the rows the executors
+    wrote: executors write on their own file system and the driver lists its own, so an
+    output root that is not shared storage would otherwise commit an empty (or partial)
+    table without a word. See docs/cluster.md."""
+    if written != found:
+        raise RowsNotCommittedError(
+            f"{table}: executors wrote {written} rows but the driver found {found} in"
+            f" {staging}; nothing committed. The output root must be storage that the driver"
+            " and every executor share (or run with delta-spark)"
+        )
 
 
 def _retry(commit) -> None:
@@ -122,8 +144,13 @@ class DeltaRsOutput:
         path = self.table_path(table)
         staging = path / partition_folder(run_id) / f"write-{uuid.uuid4().hex}"
         data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
-        frame.select(*data_columns).write.mode("errorifexists").parquet(str(staging))
+        # Counted by the executors while they write (same pass, no second job).
+        written = Observation(f"rows written to {table}")
+        frame.select(*data_columns).observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
+            "errorifexists"
+        ).parquet(str(staging))
         actions, rows = self._add_actions(path, staging, run_id)
+        check_committed_rows(table, written.get["rows"], rows, staging)
         table_schema = DeltaTable(str(path)).schema()
 
         def commit() -> None:

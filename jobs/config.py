@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -10,6 +11,9 @@ from typing import Any
 from connectors.errors import InputError
 
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
+# The same file as this module's loader sees it: in the --py-files zip of `make package`
+# it is a zip member, not a file, and must be read through the zip (unresolved path).
+_PACKAGED_CONF = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf", "default.toml")
 _INT32_MAX = 2**31 - 1
 
 
@@ -66,20 +70,35 @@ def _flatten(document: dict[str, Any], source: str) -> dict[str, Any]:
     return values
 
 
+def _packaged_defaults() -> bytes | None:
+    """conf/default.toml beside the packages: a file in a checkout, a member of the zip
+    under spark-submit (read by the loader that imported this module)."""
+    loader = __spec__.loader if __spec__ is not None else None
+    try:
+        if loader is not None and hasattr(loader, "get_data"):
+            return loader.get_data(_PACKAGED_CONF)
+        return Path(_PACKAGED_CONF).read_bytes()
+    except OSError:
+        return None
+
+
 def load_config(conf_file: str | None, overrides: dict[str, Any]) -> JobConfig:
     """Defaults from conf/default.toml, then ``conf_file``, then non-None ``overrides``."""
     config = JobConfig()
-    sources = [DEFAULT_CONF] if DEFAULT_CONF.exists() else []
+    sources: list[tuple[str, bytes]] = []
+    packaged = _packaged_defaults()
+    if packaged is not None:
+        sources.append((str(DEFAULT_CONF), packaged))
     if conf_file is not None:
         if not Path(conf_file).is_file():
             raise InputError(f"{conf_file}: configuration file not found")
-        sources.append(Path(conf_file))
-    for source in sources:
+        sources.append((str(Path(conf_file)), Path(conf_file).read_bytes()))
+    for source, data in sources:
         try:
-            document = tomllib.loads(source.read_text(encoding="utf-8"))
+            document = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not a TOML file ({exc})") from None
-        config = replace(config, **_flatten(document, str(source)))
+        config = replace(config, **_flatten(document, source))
     config = replace(
         config, **{key: value for key, value in overrides.items() if value is not None}
     )

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -16,6 +15,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("jobs", "transforms", "schemas", "connectors")
 ZIP_NAME = "rmq_txn_reconcile.zip"
 ENTRY_NAME = "reconcile.py"
+# The entry script only starts the job: every module comes from the --py-files zip. (A copy
+# of jobs/reconcile.py would put the folder above dist/ on sys.path, the checkout when dist/
+# sits in it, and the driver would run the checkout's code instead of what was shipped.)
+ENTRY_SCRIPT = '''"""spark-submit entry point of rmq-txn-reconcile (written by `make package`).
+
+The code is in the zip given to --py-files; this file only calls it.
+"""
+
+import sys
+
+from jobs.reconcile import main
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
 
 
 def build(dist: Path) -> tuple[Path, Path]:
@@ -28,7 +42,7 @@ def build(dist: Path) -> tuple[Path, Path]:
         for path in sorted((ROOT / "conf").iterdir()):
             out.write(path, f"conf/{path.name}")
     entry = dist / ENTRY_NAME
-    shutil.copyfile(ROOT / "jobs" / "reconcile.py", entry)
+    entry.write_text(ENTRY_SCRIPT, encoding="utf-8")
     return archive, entry
 
 
@@ -41,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     dist = Path(args[0] if args else "dist").resolve()
     archive, entry = build(dist)
     print(f"built {archive} and {entry}")
-    print("run it with (add the job's arguments; on a cluster use --master yarn or k8s://...):")
+    print(
+        "run it with (add the job's arguments; on a cluster use its --master and add"
+        " --conf spark.pyspark.python=PYTHON, see the README):"
+    )
     print(" ".join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
     return 0
 

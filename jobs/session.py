@@ -48,10 +48,10 @@ def build_session(
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if not verbose and _LOG4J.exists():
+        # The driver's JVM only (effective when this call starts it): the file is on the
+        # driver's disk, and executors elsewhere keep the cluster's own logging options.
         opt = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-        builder = builder.config("spark.driver.extraJavaOptions", opt).config(
-            "spark.executor.extraJavaOptions", opt
-        )
+        builder = builder.config("spark.driver.extraJavaOptions", opt)
     session = builder.getOrCreate()
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")

@@ -12,6 +12,7 @@ readable records). That DataFrame is persisted and split into ``messages`` and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -52,6 +53,9 @@ TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
 # Work sizes: a task decodes about this many records (consume-queue entries); records are
 # decoded in chunks of at most this many records / stored bytes (bounds memory per batch).
 TASK_ENTRIES = 200_000
+# A small store is still cut into at least as many tasks as the session has cores (Spark's
+# default parallelism), so every executor of a cluster reads, but no task below this size.
+MIN_TASK_ENTRIES = 1_024
 CHUNK_RECORDS = 65_536
 CHUNK_BYTES = 64 << 20
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
@@ -276,6 +280,9 @@ def plan_store(
                 committed.update(offsets.get(key, {}).keys())
 
     units: list[Unit] = []
+    # Executors open the files by this path from their own working directory (a cluster
+    # worker's, not the driver's): a relative --store must not reach them as it was given.
+    absolute = str(root.absolute())
     for topic in topics:
         for queue_id, files in present[topic].items():
             for name, start, size in files:
@@ -285,7 +292,7 @@ def plan_store(
                     units.append(
                         QueueUnit(
                             broker,
-                            str(root),
+                            absolute,
                             topic,
                             queue_id,
                             rel,
@@ -326,10 +333,34 @@ def plan_store(
                     )
                 )
     if wanted:
-        units.extend(ScanUnit(broker, str(root), f, tuple(wanted)) for f in commitlog)
+        units.extend(ScanUnit(broker, absolute, f, tuple(wanted)) for f in commitlog)
     if not commitlog and any(present[t] for t in topics):
         notes.append((broker, None, "no commit-log file: every consume-queue entry points nowhere"))
     return units, notes
+
+
+def task_size(units: Sequence[Unit], min_tasks: int) -> int:
+    """Entries per task: ``TASK_ENTRIES``, or less so that the units make at least
+    ``min_tasks`` tasks (never below ``MIN_TASK_ENTRIES``)."""
+    total = sum(unit.weight for unit in units)
+    return max(MIN_TASK_ENTRIES, min(TASK_ENTRIES, total // max(1, min_tasks)))
+
+
+def split_units(units: Sequence[Unit], size: int) -> list[Unit]:
+    """Consume-queue ranges cut into ranges of at most ``size`` entries (a commit-log scan
+    stays whole: its records are found by walking the file from its start)."""
+    pieces: list[Unit] = []
+    for unit in units:
+        if isinstance(unit, QueueUnit) and unit.weight > size:
+            pieces.extend(
+                dataclasses.replace(
+                    unit, entry_begin=begin, entry_end=min(unit.entry_end, begin + size)
+                )
+                for begin in range(unit.entry_begin, unit.entry_end, size)
+            )
+        else:
+            pieces.append(unit)
+    return pieces
 
 
 def pack_tasks(units: Sequence[Unit], target: int = TASK_ENTRIES) -> list[list[Unit]]:
@@ -783,7 +814,8 @@ def read_stores(
         store_units, store_notes = plan_store(spec, topics, offsets)
         units.extend(store_units)
         notes.extend(store_notes)
-    tasks = pack_tasks(units)
+    size = task_size(units, spark.sparkContext.defaultParallelism)
+    tasks = pack_tasks(split_units(units, size), size)
     options = ReadOptions(
         verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean
     )

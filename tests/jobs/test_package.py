@@ -48,3 +48,32 @@ def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Pat
         (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
     )
     assert pending == [(2, "discard_check_max"), (3, "too_young")]
+
+
+def test_shipped_code_reads_its_defaults_from_the_zip(tmp_path: Path) -> None:
+    archive, entry = build(tmp_path / "dist")
+    with zipfile.ZipFile(archive) as src:  # a packaged default that differs from the code's
+        text = src.read("conf/default.toml").decode().replace("check_max = 15", "check_max = 4")
+    rebuilt = tmp_path / "edited.zip"
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(rebuilt, "w") as out:
+        for name in src.namelist():
+            data = text.encode() if name == "conf/default.toml" else src.read(name)
+            out.writestr(name, data)
+    # -S: no site-packages, so not the editable install of the checkout; only the zip.
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import jobs.config as c;"
+        "print(c.__file__); print(c.load_config(None, {}).check_max)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", probe, str(rebuilt)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    where, check_max = result.stdout.split()
+    assert where.startswith(str(rebuilt))
+    assert check_max == "4"
+    assert "from jobs.reconcile import main" in entry.read_text()

@@ -1,0 +1,75 @@
+"""How the store reader cuts its work into tasks for a cluster: at least as many tasks as
+cores when the store allows it, the same records however it is cut, and paths that an
+executor in another working directory can open."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from connectors.rocketmq.reader import (
+    COMBINED_ARROW,
+    MIN_TASK_ENTRIES,
+    TASK_ENTRIES,
+    QueueUnit,
+    ReadOptions,
+    StoreSpec,
+    pack_tasks,
+    plan_store,
+    run_unit,
+    split_units,
+    task_size,
+)
+from connectors.rocketmq.writer import StoreWriter
+from tests.connectors import reference
+
+
+def _store(root: Path) -> Path:
+    rows = reference.txn_rows(300)
+    with StoreWriter(root, commitlog_file_size=8192, cq_file_entries=100) as writer:
+        writer.append(reference.messages_table(rows))
+    return root
+
+
+def _read(units) -> list[dict]:
+    batches = [b for unit in units for b in run_unit(unit, ReadOptions())]
+    table = pa.Table.from_batches(batches, schema=COMBINED_ARROW)
+    return sorted(table.to_pylist(), key=lambda r: (r["source"], r["position"]))
+
+
+def test_cut_ranges_read_the_same_records(tmp_path: Path) -> None:
+    units, _ = plan_store(StoreSpec("b", _store(tmp_path / "s")))
+
+    pieces = split_units(units, 7)
+
+    assert len(pieces) > len(units)
+    assert all(p.weight <= 7 for p in pieces if isinstance(p, QueueUnit))
+    assert sum(p.weight for p in pieces) == sum(u.weight for u in units)
+    assert _read(pieces) == _read(units)
+
+
+def test_task_size_gives_at_least_the_cores_when_the_store_is_big_enough() -> None:
+    unit = QueueUnit("b", "/s", "T", 0, "consumequeue/T/0/0", 0, 0, 50_000, 50_000 * 20, ())
+
+    size = task_size([unit], 8)
+    tasks = pack_tasks(split_units([unit], size), size)
+
+    assert size == 50_000 // 8
+    assert len(tasks) >= 8
+    assert task_size([unit], 1) == 50_000
+    assert task_size([unit], 1_000) == MIN_TASK_ENTRIES  # never tiny tasks
+    big = QueueUnit("b", "/s", "T", 0, "cq", 0, 0, 10**7, 10**7 * 20, ())
+    assert task_size([big], 2) == TASK_ENTRIES  # never bigger than the usual task
+
+
+def test_units_carry_an_absolute_store_path(tmp_path: Path, monkeypatch) -> None:
+    _store(tmp_path / "s")
+    monkeypatch.chdir(tmp_path)
+
+    units, _ = plan_store(StoreSpec("b", Path("s")))
+
+    assert units
+    assert all(os.path.isabs(unit.root) for unit in units)
+    assert {unit.root for unit in units} == {str(tmp_path / "s")}
