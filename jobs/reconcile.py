@@ -476,6 +476,16 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
     return "\n".join(lines)
 
 
+def bad_records_line(count: int, output_root: str, run_id: str) -> str:
+    """The line that says bad records exist and where they are (without --strict the run
+    goes on, and a count inside the per-queue lines is easy to miss)."""
+    table = Path(output_root).resolve() / "bad_records"
+    return (
+        f"warning: {count} bad record(s) took no part in the round: rows in {table}"
+        f" (run_id {run_id}); --strict makes them fail the run"
+    )
+
+
 PHASE_PREFIX = "rmq-txn-reconcile: "
 
 
@@ -557,6 +567,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     write_offset_fragments(offset_rows, args.output)
     summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
+    if bad:
+        print(bad_records_line(bad, args.output, params.run_id))
     state.unpersist()
     inputs.unpersist()
     spark.sparkContext.setJobDescription(None)

@@ -221,3 +221,139 @@ def test_a_malformed_offsets_file_with_a_malformed_bak_is_exit_2(
     assert len(errors) == 1 and errors[0].startswith(f"error: {store}/config/consumerOffset.json:")
     assert "consumerOffset.json.bak" in errors[0]
     assert not output.exists()
+
+
+# -- bad records without --strict: one line with the count and where they are ---------------
+
+
+def test_bad_records_without_strict_print_a_line_with_the_count_and_the_table(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    table = pq.read_table(op)
+    bodies = table.column("body").to_pylist()
+    bodies[0], bodies[1] = b"x", b"y,"  # two unparsable op items
+    pq.write_table(table.set_column(table.schema.get_field_index("body"), "body", [bodies]), op)
+    output = tmp_path / "out"
+    args = [*segment_argv(half, op, output, offsets), "--as-of", str(AS_OF), "--run-id", "bad"]
+    assert main(args, spark=spark) == 0
+    out = capsys.readouterr().out
+    line = (
+        f"warning: 2 bad record(s) took no part in the round: rows in"
+        f" {output.resolve() / 'bad_records'} (run_id bad)"
+    )
+    assert line in out
+    assert len(read_table(output, "bad_records").to_pylist()) == 2
+
+
+def test_no_bad_records_no_line(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _run(spark, tmp_path, "--as-of", str(AS_OF))
+    assert code == 0
+    assert "bad record(s)" not in capsys.readouterr().out
+
+
+# -- exported JSON segments: text bodies, body_base64, missing columns ------------------------
+
+
+@pytest.mark.parametrize("base64_bodies", [False, True])
+def test_json_bodies_as_text_or_body_base64_give_the_parquet_round(
+    spark: SparkSession, tmp_path: Path, base64_bodies: bool
+) -> None:
+    from tests.jobs.segments import write_json_segments
+
+    half, op = write_json_segments(tmp_path / "json", base64_bodies=base64_bodies)
+    output = tmp_path / "out"
+    args = [*segment_argv(half, op, output, fmt="json"), "--as-of", str(AS_OF)]
+    assert main(args, spark=spark) == 0
+    summary = _summary(output)
+    # ops "1" and "0," resolve halves 0 and 1 (a text body read as base64 resolved none).
+    assert (summary["resolved"], summary["discard_check_max"], summary["too_young"]) == (2, 1, 1)
+    assert summary["bad_records"] == 0
+
+
+def _json_lines(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_json_body_and_body_base64_problems_are_bad_records(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from tests.jobs.segments import write_json_segments
+
+    half, _ = write_json_segments(tmp_path / "json")
+    base = {"queue_id": 0, "born_timestamp_ms": AS_OF - 9, "store_timestamp_ms": AS_OF - 9}
+    op = _json_lines(
+        tmp_path / "json" / "op-bad.json",
+        [
+            {**base, "queue_offset": 0, "tags": "d", "body": "1", "body_base64": "MQ=="},
+            {**base, "queue_offset": 1, "tags": "d", "body_base64": "not base64!"},
+            {**base, "queue_offset": 2, "tags": "d", "body_base64": "MCw="},  # "0,"
+        ],
+    )
+    output = tmp_path / "out"
+    args = [*segment_argv(half, op, output, fmt="json"), "--as-of", str(AS_OF)]
+    assert main(args, spark=spark) == 0
+    bad = sorted(
+        (r["position"], r["reason"]) for r in read_table(output, "bad_records").to_pylist()
+    )
+    assert bad == [(0, "both body and body_base64 given"), (1, "body_base64 is not base64")]
+    assert _summary(output)["resolved"] == 1  # half 0, named by the third op
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet"])
+def test_a_missing_required_column_is_exit_2_in_json_and_parquet(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    import pyarrow.parquet as pq
+
+    from tests.jobs.segments import half_table, write_json_segments
+
+    if fmt == "json":
+        half, op = write_json_segments(tmp_path / "in")
+        rows = [json_row for json_row in _read_json_lines(half)]
+        for row in rows:
+            del row["store_timestamp_ms"]
+        _json_lines(half, rows)
+    else:
+        half, op, _ = write_parquet_segments(tmp_path / "in")
+        pq.write_table(half_table().drop(["store_timestamp_ms"]), half)
+    output = tmp_path / "out"
+    code = main([*segment_argv(half, op, output, fmt=fmt), "--as-of", str(AS_OF)], spark=spark)
+    assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {half}: missing column(s) store_timestamp_ms"]
+    assert not output.exists()
+
+
+def _read_json_lines(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_example_segments_run_as_documented(spark: SparkSession, tmp_path: Path) -> None:
+    # examples/segments/ and docs/segments.md: half 0 committed by op 0, half 1 (a binary
+    # body in body_base64) checked, half 2 too young.
+    from tests.jobs.test_cli import ROOT
+
+    folder = ROOT / "examples" / "segments"
+    output = tmp_path / "out"
+    args = segment_argv(
+        folder / "half.json", folder / "op.json", output, folder / "consumerOffset.json", "json"
+    )
+    assert main([*args, "--as-of", "latest", "--include-body"], spark=spark) == 0
+    pending = sorted(
+        (r["half_offset"], r["status"], r["body"])
+        for r in read_table(output, "pending").to_pylist()
+    )
+    assert pending == [(1, "check", bytes([0, 1, 2, 3, 255])), (2, "too_young", b'{"orderId": 3}')]
+    summary = _summary(output)
+    assert (summary["resolved"], summary["h1"], summary["h_safe"], summary["p1"]) == (1, 2, 1, 1)
