@@ -90,10 +90,10 @@ def _read_json(spark: SparkSession, path: str) -> DataFrame:
     """JSON lines. Each file is read whole so that every line keeps its exact line number
     (Spark's JSON reader has no row index); export files are part files of modest size.
     Only the columns some line has are kept, so a missing column is found like Parquet's."""
-    files = (
-        spark.read.option("wholetext", "true")
-        .text(path)
-        .select(F.col("value"), F.col("_metadata.file_path").alias("source"))
+    # wholetext as text()'s keyword: its default (False) overrides .option("wholetext"),
+    # which left one row per line and every position 0.
+    files = spark.read.text(path, wholetext=True).select(
+        F.col("value"), F.col("_metadata.file_path").alias("source")
     )
     lines = files.select(
         "source", F.posexplode(F.split("value", "\n")).alias("position", _LINE)
