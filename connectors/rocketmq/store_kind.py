@@ -99,6 +99,8 @@ def _commitlog_gap(root: Path) -> str | None:
     if len(files) < 2:
         return None
     mapped = max(size for _, size in files[:-1])
+    if mapped <= 0:  # only empty files before the last: no mapped size to judge by
+        return None
     for (before, _), (after, _) in pairwise(files):
         if after - before > mapped:
             return (
