@@ -240,11 +240,7 @@ def export_store(broker: str, root: str | Path, cache_dir: str | Path) -> dict[s
 
     Returns the store's manifest: files, row counts, bytes, export seconds and whether the
     cache was reused."""
-    from connectors.rocketmq.offsets_file import (
-        OFFSETS_RELATIVE_PATH,
-        committed_rows,
-        read_consumer_offsets,
-    )
+    from connectors.rocketmq.offsets_file import committed_rows, load_store_offsets
     from connectors.rocketmq.reader import StoreSpec, read_batches
 
     root, cache_dir = Path(root), Path(cache_dir)
@@ -273,7 +269,7 @@ def export_store(broker: str, root: str | Path, cache_dir: str | Path) -> dict[s
                 writer.add(batch.filter(pc.equal(batch.column("topic"), topic)))
         for writer in writers.values():
             writer.close()
-        offsets = read_consumer_offsets(root / OFFSETS_RELATIVE_PATH)
+        offsets = load_store_offsets(root).table  # .bak fallback like the job
         committed = pa.Table.from_pylist(
             [
                 dict(zip(COMMITTED_SCHEMA.names, row, strict=True))
@@ -618,13 +614,13 @@ FROM statused;
         (
             "half_offsets",
             f"""
--- h_safe: min(h1, the smallest check or immune offset in [h0, h1)); discards do not bound
--- it. resolved = the records stored before T in [h0, h1) that are not unresolved there.
+-- h_safe: min(h1, the smallest unresolved offset in [h0, h1), whatever its class: discards
+-- bound it too, spec 2026-11-23). resolved = the records stored before T in [h0, h1) that are not unresolved there.
 CREATE TABLE half_summary AS
 WITH per_status AS (
     SELECT broker, queue_id,
            {", ".join(f'count(*) FILTER (WHERE status = {_literal(name)}) AS "{name}"' for name in CLASSES[1:])},
-           min(half_offset) FILTER (WHERE status IN ({_literal(CHECK)}, {_literal(IMMUNE)})) AS first_put_back
+           min(half_offset) FILTER (WHERE status IN ({_literal(CHECK)}, {_literal(IMMUNE)}, {_literal(DISCARD_CHECK_MAX)}, {_literal(DISCARD_EXPIRED)})) AS first_unresolved
     FROM pending
     GROUP BY ALL
 ),
@@ -634,7 +630,7 @@ in_window AS (
     WHERE h.queue_offset >= p.h0 AND h.queue_offset < p.h1
     GROUP BY ALL
 )
-SELECT p.*, least(p.h1, s.first_put_back) AS h_safe,
+SELECT p.*, least(p.h1, s.first_unresolved) AS h_safe,
        coalesce(w.records, 0) - coalesce(s."check" + s.immune + s.discard_check_max + s.discard_expired, 0) AS resolved,
        {", ".join(f'coalesce(s."{name}", 0) AS "{name}"' for name in CLASSES[1:])}
 FROM half_progress p

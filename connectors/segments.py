@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from connectors.errors import InputError
 from schemas.messages import HALF_TOPIC, MESSAGE, OP_TOPIC, SOURCED_MESSAGE
@@ -50,21 +51,65 @@ def _read_parquet_files(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
+# JSON has no binary type: ``body`` is text (UTF-8, what op bodies and most message
+# bodies are), a binary body goes in ``body_base64``. Never guessed: ``"1234"`` is valid
+# base64 too.
+BODY_BASE64 = "body_base64"
+JSON_MESSAGE = T.StructType(
+    [T.StructField(f.name, T.StringType()) if f.name == "body" else f for f in MESSAGE.fields]
+    + [T.StructField(BODY_BASE64, T.StringType())]
+)
+_BAD_BODY = "_bad_body"
+
+
+def _json_keys(lines: DataFrame) -> set[str]:
+    """The keys that appear in at least one line: a column no line has is missing, as it
+    would be from a Parquet file (a key absent from some lines is a null there)."""
+    keys = lines.select(F.explode(F.json_object_keys(F.col(_LINE))).alias("key")).distinct()
+    return {row["key"] for row in keys.collect()}  # at most one row per distinct key
+
+
+def _json_body(keys: set[str]) -> list[Column]:
+    """``body`` (binary) from ``body`` text or ``body_base64``, and why it is unusable."""
+    text = F.encode(F.col("body"), "UTF-8") if "body" in keys else None
+    decoded = F.try_to_binary(F.col(BODY_BASE64), F.lit("base64"))
+    both = F.col("body").isNotNull() & F.col(BODY_BASE64).isNotNull()
+    if BODY_BASE64 not in keys:
+        return [
+            (text if text is not None else F.lit(None)).alias("body"),
+            F.lit(None).alias(_BAD_BODY),
+        ]
+    body = F.coalesce(text, decoded) if text is not None else decoded
+    bad = F.when(
+        both if "body" in keys else F.lit(False), F.lit("both body and body_base64 given")
+    ).when(F.col(BODY_BASE64).isNotNull() & decoded.isNull(), F.lit("body_base64 is not base64"))
+    return [body.alias("body"), bad.alias(_BAD_BODY)]
+
+
 def _read_json(spark: SparkSession, path: str) -> DataFrame:
     """JSON lines. Each file is read whole so that every line keeps its exact line number
-    (Spark's JSON reader has no row index); export files are part files of modest size."""
-    files = (
-        spark.read.option("wholetext", "true")
-        .text(path)
-        .select(F.col("value"), F.col("_metadata.file_path").alias("source"))
+    (Spark's JSON reader has no row index); export files are part files of modest size.
+    Only the columns some line has are kept, so a missing column is found like Parquet's."""
+    # wholetext as text()'s keyword: its default (False) overrides .option("wholetext"),
+    # which left one row per line and every position 0.
+    files = spark.read.text(path, wholetext=True).select(
+        F.col("value"), F.col("_metadata.file_path").alias("source")
     )
     lines = files.select(
         "source", F.posexplode(F.split("value", "\n")).alias("position", _LINE)
     ).filter(F.trim(F.col(_LINE)) != "")
-    parsed = F.from_json(F.col(_LINE), MESSAGE, {"mode": "PERMISSIVE"})
-    return lines.select(
+    keys = _json_keys(lines)
+    parsed = F.from_json(F.col(_LINE), JSON_MESSAGE, {"mode": "PERMISSIVE"})
+    rows = lines.select(
         parsed.alias("row"), "source", F.col("position").cast("long"), _LINE
     ).select("row.*", "source", "position", _LINE)
+    return rows.select(
+        *[name for name in MESSAGE.fieldNames() if name in keys and name != "body"],
+        *_json_body(keys),
+        "source",
+        "position",
+        _LINE,
+    )
 
 
 def _read_side(spark: SparkSession, path: str, fmt: str) -> DataFrame:
@@ -110,10 +155,15 @@ def _canonical(frame: DataFrame, topic: str, broker: str, path: str) -> tuple[Da
             value = F.lit(None)
         columns.append(value.cast(field.dataType).alias(field.name))
     extra = [F.col(_LINE)] if _LINE in present else [F.lit(None).cast("string").alias(_LINE)]
+    if _BAD_BODY in present:
+        extra.append(F.col(_BAD_BODY))
+    else:
+        extra.append(F.lit(None).cast("string").alias(_BAD_BODY))
     shaped = frame.select(
         *columns, F.regexp_replace("source", "^file:", "").alias("source"), "position", *extra
     )
     reasons = [F.when(F.col(name).isNull(), F.lit(f"missing {name}")) for name in REQUIRED]
+    reasons.append(F.col(_BAD_BODY))
     reasons.append(
         F.when(
             F.col("topic") != topic,

@@ -159,6 +159,8 @@ class Inputs:
     unique_offsets: Column | bool | None = (
         None  # records whose queue offset cannot repeat (store reader)
     )
+    # (broker, offsets file used, why the usual file was not used or None), for warnings
+    offsets_files: tuple[tuple[str, str, str | None], ...] = ()
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -178,6 +180,7 @@ class Inputs:
             self.identity,
             release,
             self.unique_offsets,
+            self.offsets_files,
         )
 
     def unpersist(self) -> None:
@@ -203,6 +206,7 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
         identity,
         read.unpersist,
         read.unique_offsets,
+        read.offsets_files,
     )
 
 
@@ -221,8 +225,14 @@ def read_segment_inputs(
     read = read_segments(spark, half, op, fmt, broker)
     committed = spark.createDataFrame(committed_rows(broker, table), COMMITTED_OFFSET)
     identity = [f"{fmt}:{broker}:{Path(p).resolve()}" for p in (half, op)] + [f"offsets:{offsets}"]
+    used = offsets if offsets is not None else "no --offsets given"
     return Inputs(
-        read.messages, read.bad_records, committed, spark.createDataFrame([], NOTE), identity
+        read.messages,
+        read.bad_records,
+        committed,
+        spark.createDataFrame([], NOTE),
+        identity,
+        offsets_files=((broker, used, None),),
     )
 
 
@@ -245,7 +255,7 @@ def validate_arguments(args: argparse.Namespace) -> None:
                 raise InputError(f"{args.offsets}: offsets file not found")
             read_consumer_offsets(args.offsets)
         return
-    from connectors.rocketmq.offsets_file import OFFSETS_RELATIVE_PATH
+    from connectors.rocketmq.offsets_file import load_store_offsets
     from connectors.rocketmq.reader import parse_store_arg, validate_store
 
     brokers: set[str] = set()
@@ -255,7 +265,7 @@ def validate_arguments(args: argparse.Namespace) -> None:
         if spec.broker in brokers:
             raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
         brokers.add(spec.broker)
-        read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)  # malformed -> InputError now
+        load_store_offsets(spec.root)  # malformed without a usable .bak -> InputError now
 
 
 # -- the round for notebooks ----------------------------------------------------------------
@@ -279,7 +289,7 @@ def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | No
 
     as_of_ms = resolve_as_of(as_of, inputs.messages)
     run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
-    return classify_round(
+    state = classify_round(
         inputs.messages,
         inputs.committed_offsets,
         _params(config, as_of_ms, run_id),
@@ -287,6 +297,45 @@ def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | No
         notes=inputs.notes,
         unique_offsets=inputs.unique_offsets,
     )
+    return with_picture_warnings(state, inputs, config)
+
+
+def with_picture_warnings(state, inputs: Inputs, config: JobConfig):
+    """The round's state with the warnings of a picture that may be wrong added to
+    ``run_summary.warnings`` (spec section 1): a committed offset missing (naming the
+    offsets file used), a broker's newest record too old for a live broker."""
+    from dataclasses import replace
+
+    from transforms.offsets import with_missing_offset_warnings
+    from transforms.round import localize
+    from transforms.staleness import newest_records, stale_after_ms, with_stale_store_warning
+
+    as_of_ms = state.params.as_of_ms
+    limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
+    newest = localize(newest_records(inputs.messages, as_of_ms))  # one row per broker
+    files = inputs.messages.sparkSession.createDataFrame(
+        list(inputs.offsets_files), "broker string, offsets_file string, offsets_note string"
+    )
+    queues = with_missing_offset_warnings(state.queues, files).transform(
+        with_stale_store_warning, newest, as_of_ms, limit, state.params.reserved_ms
+    )
+    return replace(state, queues=localize(queues))
+
+
+def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:
+    """--strict: T beyond a broker's newest half/op record by more than the retention
+    (``file_reserved_hours``) would make every transaction of it expired: refuse (exit 2)."""
+    from transforms.staleness import newest_records
+
+    limit = config.file_reserved_hours * 3_600_000
+    for row in newest_records(messages, as_of_ms).orderBy("broker").collect():  # per broker
+        if row["newest_ms"] is not None and as_of_ms - row["newest_ms"] > limit:
+            raise InputError(
+                f"broker {row['broker']}: T={as_of_ms} is {as_of_ms - row['newest_ms']} ms after"
+                f" its newest half/op record, more than the retention ({config.file_reserved_hours}"
+                " h) and --strict is set: the store looks copied; use --as-of latest or the"
+                " instant the store was copied"
+            )
 
 
 def reconcile_stores(
@@ -427,6 +476,16 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
     return "\n".join(lines)
 
 
+def bad_records_line(count: int, output_root: str, run_id: str) -> str:
+    """The line that says bad records exist and where they are (without --strict the run
+    goes on, and a count inside the per-queue lines is easy to miss)."""
+    table = Path(output_root).resolve() / "bad_records"
+    return (
+        f"warning: {count} bad record(s) took no part in the round: rows in {table}"
+        f" (run_id {run_id}); --strict makes them fail the run"
+    )
+
+
 PHASE_PREFIX = "rmq-txn-reconcile: "
 
 
@@ -482,6 +541,9 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     records = inputs.messages.count()
     progress(f"read {records} half/op records from {len(inputs.identity)} input(s)")
 
+    as_of = resolve_as_of(as_of, inputs.messages)
+    if config.strict:
+        refuse_far_past_store(inputs.messages, as_of, config)
     _phase(spark, "resolve and classify")
     state = _round(inputs, config, as_of, args.run_id).persist()
     params = state.params
@@ -505,6 +567,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     write_offset_fragments(offset_rows, args.output)
     summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
     print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
+    if bad:
+        print(bad_records_line(bad, args.output, params.run_id))
     state.unpersist()
     inputs.unpersist()
     spark.sparkContext.setJobDescription(None)

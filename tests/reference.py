@@ -486,7 +486,7 @@ def _queue_round(
     # Section 5: walk from h0 in offset order; missing offsets are simply not there.
     counts = dict.fromkeys(CLASSES, 0)
     stopped_at: int | None = None
-    check_or_immune: list[int] = []
+    unresolved_before_h1: list[int] = []
     for offset in sorted(o for o in halves if o >= h0):
         half = halves[offset]
         resolved = is_resolved(half)
@@ -510,13 +510,13 @@ def _queue_round(
             result.discards.append({**row, "reason": REASON_CHECK_MAX})
         elif status == DISCARD_EXPIRED:
             result.discards.append({**row, "reason": REASON_EXPIRED})
-        if status in (CHECK, IMMUNE):
-            check_or_immune.append(offset)
+        if status in (CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED):
+            unresolved_before_h1.append(offset)
         if status == TOO_YOUNG:
             stopped_at = offset
 
     h1 = stopped_at if stopped_at is not None else max(h0, half_end)
-    h_safe = min([h1, *check_or_immune])
+    h_safe = min([h1, *unresolved_before_h1])
 
     # Done op records and the new op offsets.
     def op_offset_with(half_bound: int) -> int:

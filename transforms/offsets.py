@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from schemas.messages import HALF_TOPIC, OP_TOPIC
+from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 from transforms.messages import QUEUE_KEY, stored_before
 
 TOPIC_QUEUE_KEY = ["broker", "topic", "queue_id"]
@@ -110,3 +110,46 @@ def queue_starts(starts: DataFrame) -> DataFrame:
         of(OP_TOPIC, "end").alias("op_end"),
         F.array_sort(F.collect_list("warning")).alias("offset_warnings"),
     )
+
+
+def _missing_warning(topic: str, committed: str, start: str) -> Column:
+    # The queue started at its head: an operator must know the picture is not the broker's
+    # (which would have started from its committed offset).
+    missing = F.format_string(
+        "%s queue %d: no committed offset (key %s@%s) in %s; starting at the queue's smallest"
+        " available offset %d",
+        F.lit(topic),
+        F.col("queue_id"),
+        F.lit(topic),
+        F.lit(TRANS_GROUP),
+        F.coalesce(F.col("offsets_file"), F.lit("no offsets file")),
+        F.col(start),
+    )
+    return F.when(F.col(committed).isNull() & F.col(start).isNotNull(), missing)
+
+
+def with_missing_offset_warnings(queues: DataFrame, files: DataFrame) -> DataFrame:
+    """Append to ``warnings`` of each queue row (``h_committed``, ``h0``, ``p_committed``,
+    ``p0``) a warning per topic whose committed offset is missing, naming the offsets file
+    used and the queue, and the reason the usual file was not used when it was not
+    (``files``: ``broker``, ``offsets_file``, ``offsets_note``; spec section 1)."""
+    joined = queues.join(
+        F.broadcast(files.withColumnRenamed("broker", "_files_broker")),
+        F.col("broker") == F.col("_files_broker"),
+        how="left",
+    )
+    # Why the usual file was not used (the .bak, or none usable), on every queue it
+    # concerns: a store without any queue gets no summary row for it.
+    file_note = F.when(
+        F.col("offsets_note").isNotNull() & F.col("h0").isNotNull(),
+        F.format_string("queue %d: %s", F.col("queue_id"), F.col("offsets_note")),
+    )
+    found = F.filter(
+        F.array(
+            file_note,
+            _missing_warning(HALF_TOPIC, "h_committed", "h0"),
+            _missing_warning(OP_TOPIC, "p_committed", "p0"),
+        ),
+        lambda warning: warning.isNotNull(),
+    )
+    return joined.withColumn("warnings", F.concat(F.col("warnings"), found)).select(*queues.columns)

@@ -310,19 +310,22 @@ def classify_round(
         .drop("h1", "stop_offset", "round_class")
     )
 
+    # Every unresolved record before h1 bounds h_safe, discards included (spec 2026-11-23):
+    # this job writes neither put-back copies nor TRANS_CHECK_MAX_TIME_TOPIC, so installing
+    # an offset past any of them would lose it (a wrong --as-of can make all of them
+    # "expired").
+    before_h1 = F.col("status").isin(CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED)
     per_status = pending.groupBy(*QUEUE_KEY).agg(
         *[
             F.count(F.when(F.col("status") == name, 1)).alias(name)
             for name in CLASSES
             if name != RESOLVED
         ],
-        F.min(F.when(F.col("status").isin(CHECK, IMMUNE), F.col("queue_offset"))).alias(
-            "first_put_back"
-        ),
+        F.min(F.when(before_h1, F.col("queue_offset"))).alias("first_unresolved"),
     )
     with_safe = localize(
         with_h1.join(per_status, QUEUE_KEY, how="left").withColumn(
-            "h_safe", F.least(F.col("h1"), F.col("first_put_back"))
+            "h_safe", F.least(F.col("h1"), F.col("first_unresolved"))
         )
     )
     in_window = (

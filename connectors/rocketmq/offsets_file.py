@@ -12,12 +12,14 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.errors import InputError
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 
 OFFSETS_RELATIVE_PATH = Path("config") / "consumerOffset.json"
+OFFSETS_BACKUP_RELATIVE_PATH = Path("config") / "consumerOffset.json.bak"
 HALF_KEY = f"{HALF_TOPIC}@{TRANS_GROUP}"
 OP_KEY = f"{OP_TOPIC}@{TRANS_GROUP}"
 
@@ -98,6 +100,70 @@ def read_consumer_offsets(path: str | os.PathLike[str]) -> OffsetTable | None:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the offsets file ({exc})") from None
     return parse_consumer_offsets(text, source=str(path))
+
+
+@dataclass(frozen=True)
+class StoreOffsets:
+    """The committed offsets of a store, as the broker would load them.
+
+    Attributes:
+        table: the offsets (``None``: no usable file, every queue starts at its smallest
+            available offset).
+        used: the file the offsets come from, relative to the store root, or a phrase
+            saying there is none (for warnings).
+        note: why the usual file was not used (``None`` when it was).
+    """
+
+    table: OffsetTable | None
+    used: str
+    note: str | None = None
+
+
+def _load(path: Path) -> tuple[OffsetTable | None, str | None, str | None]:
+    """``(table, None, None)`` for a usable file, else ``(None, what is wrong, the error
+    line when the file is there but damaged)``."""
+    if not path.exists():
+        return None, "missing", None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, "unreadable", f"{path}: cannot read the offsets file ({exc})"
+    if not text.strip():
+        return None, "empty", None
+    try:
+        return parse_consumer_offsets(text, source=str(path)), None, None
+    except InputError as exc:
+        return None, "unparsable", str(exc)
+
+
+def load_store_offsets(root: str | os.PathLike[str]) -> StoreOffsets:
+    """``config/consumerOffset.json`` of a store, falling back like the broker
+    (``ConfigManager.load``): when the file is missing, empty or unparsable, the ``.bak``
+    beside it is used if it is usable; when neither is, no offsets (every queue starts at
+    its smallest available offset). Files are opened read-only.
+
+    Raises:
+        InputError: the file is there, not empty, and unparsable, and no usable ``.bak``
+            is beside it (a damaged file an operator must look at).
+    """
+    root = Path(root)
+    main, backup = OFFSETS_RELATIVE_PATH, OFFSETS_BACKUP_RELATIVE_PATH
+    table, problem, damage = _load(root / main)
+    if problem is None:
+        return StoreOffsets(table, str(main))
+    backup_table, backup_problem, _ = _load(root / backup)
+    if backup_problem is None:
+        return StoreOffsets(
+            backup_table, str(backup), f"{main} is {problem}: offsets read from {backup}"
+        )
+    if damage is not None:
+        raise InputError(f"{damage}; no usable {backup.name} beside it ({backup_problem})")
+    return StoreOffsets(
+        None,
+        f"no offsets file ({main} {problem}, {backup.name} {backup_problem})",
+        f"{main} is {problem} and {backup} is {backup_problem}: every queue starts at its"
+        " smallest available offset",
+    )
 
 
 def committed_rows(broker: str, table: OffsetTable | None) -> list[tuple[str, str, int, int]]:

@@ -32,11 +32,11 @@ from connectors.errors import InputError
 from connectors.rocketmq import codec
 from connectors.rocketmq.offsets_file import (
     HALF_KEY,
-    OFFSETS_RELATIVE_PATH,
     OP_KEY,
     committed_rows,
-    read_consumer_offsets,
+    load_store_offsets,
 )
+from connectors.rocketmq.store_kind import check_supported
 from schemas.messages import (
     COMMITTED_OFFSET,
     HALF_TOPIC,
@@ -131,6 +131,7 @@ def validate_store(spec: StoreSpec) -> None:
         raise InputError(
             f"{root}: not a RocketMQ store (neither commitlog/ nor consumequeue/ found)"
         )
+    check_supported(root)  # RocksDB, DLedger, several commit-log paths, a slave: exit 2
 
 
 # --- result --------------------------------------------------------------------------------------
@@ -148,6 +149,9 @@ class StoreRead:
     # all, a condition, or None (check every record). The round skips its duplicate check
     # for them.
     unique_offsets: Column | bool | None = field(default=None, repr=False, compare=False)
+    # Per broker, the offsets file used and why the usual one was not
+    # (``offsets_file.StoreOffsets``): the round names them in its warnings per queue.
+    offsets_files: tuple[tuple[str, str, str | None], ...] = ()
 
     def unpersist(self) -> None:
         if self.combined is not None:
@@ -777,7 +781,7 @@ def read_batches(
     )
     for spec in stores:
         validate_store(spec)
-        offsets = read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)
+        offsets = load_store_offsets(spec.root).table
         units, _ = plan_store(spec, tuple(topics), offsets)
         for unit in units:
             yield from run_unit(unit, options)
@@ -807,9 +811,12 @@ def read_stores(
     units: list[Unit] = []
     notes: list[tuple[str, int | None, str]] = []
     committed: list[tuple[str, str, int, int]] = []
+    offsets_files: list[tuple[str, str, str | None]] = []
     for spec in stores:
         validate_store(spec)
-        offsets = read_consumer_offsets(spec.root / OFFSETS_RELATIVE_PATH)
+        loaded = load_store_offsets(spec.root)
+        offsets_files.append((spec.broker, loaded.used, loaded.note))
+        offsets = loaded.table
         committed.extend(committed_rows(spec.broker, offsets))
         store_units, store_notes = plan_store(spec, topics, offsets)
         units.extend(store_units)
@@ -835,4 +842,5 @@ def read_stores(
         notes=notes,
         combined=combined,
         unique_offsets=_queue_condition(units),
+        offsets_files=tuple(offsets_files),
     )

@@ -77,8 +77,9 @@ def write_parquet_segments(folder: Path) -> tuple[Path, Path, Path]:
     return half, op, offsets
 
 
-def write_json_segments(folder: Path) -> tuple[Path, Path]:
-    """The same records as JSON lines (bodies base64, as Spark's JSON writer emits binary)."""
+def write_json_segments(folder: Path, *, base64_bodies: bool = False) -> tuple[Path, Path]:
+    """The same records as JSON lines: op bodies as text in ``body``, or base64 in
+    ``body_base64`` (docs/segments.md)."""
     import base64
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,11 @@ def write_json_segments(folder: Path) -> tuple[Path, Path]:
             out.write(json.dumps(row) + "\n")
     with open(op, "w") as out:
         for row in op_table().to_pylist():
-            row["body"] = base64.b64encode(row["body"]).decode()
+            body = row.pop("body")
+            if base64_bodies:
+                row["body_base64"] = base64.b64encode(body).decode()
+            else:
+                row["body"] = body.decode()
             out.write(json.dumps(row) + "\n")
     return half, op
 

@@ -232,7 +232,22 @@ def test_missing_consume_queue_is_rebuilt_with_a_warning(outcome, broker, note):
     assert _bad(tables, broker) == []
     assert _pending(tables, broker) == [(1, CHECKED), (2, CHECKED), (3, CHECKED)]
     queue_id, warning = note
-    assert _summary(tables, broker, queue_id)["warnings"] == [warning]
+    # These stores have no consumerOffset.json: queue 0 also says where each topic started.
+    no_file = [
+        "queue 0: config/consumerOffset.json is missing and config/consumerOffset.json.bak"
+        " is missing: every queue starts at its smallest available offset",
+        *(
+            f"{topic} queue 0: no committed offset (key {topic}@CID_RMQ_SYS_TRANS) in no offsets"
+            " file (config/consumerOffset.json missing, consumerOffset.json.bak missing);"
+            " starting at the queue's smallest available offset 0"
+            for topic in (HALF, OP)
+        ),
+    ]
+    if queue_id is None:
+        assert _summary(tables, broker, None)["warnings"] == [warning]
+        assert _summary(tables, broker, 0)["warnings"] == no_file
+    else:
+        assert _summary(tables, broker, queue_id)["warnings"] == [warning, *no_file]
     assert _offsets(tables, broker) == {HALF: (None, 0, 4, 1), OP: (None, 0, 1, 1)}
 
 
@@ -419,7 +434,9 @@ def test_one_bad_store_among_good_ones_stops_everything(spark, tmp_path, capsys)
     bad = tmp_path / "bad"
     write(bad, base_rows())
     (bad / "config").mkdir()
-    (bad / "config" / "consumerOffset.json").write_text("")
+    # Malformed, no .bak (an empty file is not an error: like the broker, the job then
+    # starts at the queues' heads with a warning).
+    (bad / "config" / "consumerOffset.json").write_text("{not json")
     output = tmp_path / "out"
     assert (
         main(["--store", str(good), "--store", str(bad), "--output", str(output)], spark=spark) == 2

@@ -84,11 +84,11 @@ CASES: dict[str, WorkedCase] = {
         pending=[(0, TOO_YOUNG, None, TIMEOUT)],
         counts={TOO_YOUNG: 1},
     ),
-    # discard check_max (counter 15); h1=1. Discards do not bound h_safe.
+    # discard check_max (counter 15); h1=1, h_safe=0: discards bound h_safe (2026-11-23).
     "C03": WorkedCase(
         records=[half(0, 60 * S, counter=15)],
         committed=(0, 0),
-        offsets=(0, 1, 1, 0, 0, 0),
+        offsets=(0, 1, 0, 0, 0, 0),
         pending=[(0, DISCARD_CHECK_MAX, 15, TIMEOUT)],
         counts={DISCARD_CHECK_MAX: 1},
     ),
@@ -100,11 +100,11 @@ CASES: dict[str, WorkedCase] = {
         pending=[(0, CHECK, 15, TIMEOUT)],
         counts={CHECK: 1},
     ),
-    # 72 h + 1 ms: discard expired, counter 1.
+    # 72 h + 1 ms: discard expired, counter 1; the discard bounds h_safe.
     "C05": WorkedCase(
         records=[half(0, 72 * H + 1)],
         committed=(0, 0),
-        offsets=(0, 1, 1, 0, 0, 0),
+        offsets=(0, 1, 0, 0, 0, 0),
         pending=[(0, DISCARD_EXPIRED, 1, TIMEOUT)],
         counts={DISCARD_EXPIRED: 1},
     ),
