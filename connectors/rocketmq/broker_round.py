@@ -291,22 +291,80 @@ def calculate_op_offset(done: Iterable[int], p0: int) -> int:
     return new
 
 
-def _immunity_ms(raw: str, timeout: int) -> int:
+def _parses(text: str, bits: int) -> bool:
+    limit = 1 << (bits - 1)
+    return java_parse(text, -limit, limit - 1) != -1 or text.lstrip("+") == "-1"
+
+
+def _immunity_ms(raw: str, timeout: int, java: bool = True) -> int:
     value = java_parse(raw)
-    return timeout if value == -1 else java_long(value * 1000)
+    if value == -1:
+        return timeout
+    if java:
+        return java_long(value * 1000)
+    product = value * 1000  # the spec: a product beyond 64 bits means the default
+    return product if _INT64_MIN <= product <= _INT64_MAX else timeout
+
+
+def job_op_offset(snap: Snapshot, p0: int, h0: int, h1: int) -> int:
+    """The spec's p1: the first op offset >= p0 that is missing or names an offset >= h0
+    that is not < h1 (5.x parsing of bodies; spec section 3)."""
+    end = max(snap.ops) + 1 if snap.ops else p0
+    p = p0
+    while p < end:
+        op = snap.ops.get(p)
+        if op is None:
+            return p
+        items = op_items(op, "5") if op.tags == REMOVE_TAG else []
+        if any(item >= h0 and not item < h1 for item in items or []):
+            return p
+        p += 1
+    return max(p, p0)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Switches that turn the broker's round, one difference by design at a time, into the
+    job's prediction (``tests/broker`` names each difference by the switch that removes it).
+
+    ``op_window``: op records loaded per pull (32: the broker, #8311; None: all at once, the
+    simulator). ``also_resolved``: half offsets resolved besides removeMap (the job's spec
+    rules 2-3). ``walk_own_copies``: the walk goes on into the copies this round appended
+    (the broker; the job appends none). ``winner_done``: an op record is done only where
+    it is removeMap's entry for each offset it names, and a 4.9 op of another tag never is
+    (the broker, spec C14); False: the job's rule (every offset it names >= h0 is < h1).
+    ``java_counter`` / ``java_immunity``: numbers read like the broker (an unparsable counter
+    is -1, so the copy carries 0; immunity × 1000 wraps) or like the spec."""
+
+    op_window: int | None = OP_MSG_PULL_NUMS
+    also_resolved: frozenset[int] = frozenset()
+    walk_own_copies: bool = True
+    winner_done: bool = True
+    java_counter: bool = True
+    java_immunity: bool = True
+
+
+BROKER = Variant()
+SIMULATOR = Variant(op_window=None)
 
 
 def replay_round(
-    snap: Snapshot, as_of_ms: int, settings: BrokerSettings, op_window: int | None = 32
+    snap: Snapshot,
+    as_of_ms: int,
+    settings: BrokerSettings,
+    op_window: int | None = OP_MSG_PULL_NUMS,
+    variant: Variant | None = None,
 ) -> RoundOutcome:
-    """One check round at ``as_of_ms`` (``now`` of every age test and the round's start)."""
+    """One check round at ``as_of_ms`` (``now`` of every age test and the round's start).
+    ``variant`` (default: the broker with ``op_window``) switches differences by design."""
+    v = variant if variant is not None else Variant(op_window=op_window)
     half = snap.half
     smallest = min(half) if half else 0
     h0 = snap.half_committed if snap.half_committed is not None else smallest
     p0 = snap.op_committed if snap.op_committed is not None else (min(snap.ops) if snap.ops else 0)
     end = max(half) + 1 if half else h0
     out = RoundOutcome(h0=h0, p0=p0, half_end=end)
-    ops = _OpLoader(snap, p0, h0, settings, op_window)
+    ops = _OpLoader(snap, p0, h0, settings, v.op_window)
     ops.pull()
     appended: dict[int, tuple[HalfRecord, bool]] = {}  # this round's copies, by offset
     next_offset = end
@@ -314,13 +372,13 @@ def replay_round(
     i, null_count = h0, 1
     while True:
         op_offset = ops.take(i)
-        if op_offset is not None:
-            out.resolved[i] = op_offset
+        if op_offset is not None or i in v.also_resolved:
+            out.resolved[i] = -1 if op_offset is None else op_offset
             i += 1
             continue
         msg = half.get(i)
         fresh = False
-        if msg is None and i in appended:
+        if msg is None and i in appended and v.walk_own_copies:
             msg, fresh = appended[i][0], True
         if msg is None:
             if null_count > 1 or i >= next_offset:
@@ -336,6 +394,8 @@ def replay_round(
         # needDiscard / needSkip
         counter_raw = msg.check_times_raw
         counter = 1 if counter_raw is None else java_parse(counter_raw, _INT32_MIN, _INT32_MAX)
+        if not v.java_counter and counter_raw is not None and not _parses(counter_raw, 32):
+            counter_raw, counter = None, 1  # the spec: unparsable counts as absent
         age = as_of_ms - msg.born_ms
         if counter_raw is not None and counter >= settings.check_max:
             out.discards.append(Entry(i, msg.uniq_key, counter, "check_max", fresh))
@@ -351,7 +411,9 @@ def replay_round(
             break
         immunity = settings.transaction_timeout_ms
         if msg.immunity_raw is not None:
-            immunity = _immunity_ms(msg.immunity_raw, settings.transaction_timeout_ms)
+            immunity = _immunity_ms(
+                msg.immunity_raw, settings.transaction_timeout_ms, v.java_immunity
+            )
             if age < immunity:
                 prepared = msg.prepared_raw
                 if prepared is not None and java_parse(prepared) == -1:
@@ -404,5 +466,5 @@ def replay_round(
         out.checks.append(Entry(i, msg.uniq_key, bumped, "check"))
         i += 1
     out.h1 = i
-    out.p1 = calculate_op_offset(ops.done, p0)
+    out.p1 = calculate_op_offset(ops.done, p0) if v.winner_done else job_op_offset(snap, p0, h0, i)
     return out

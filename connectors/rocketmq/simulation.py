@@ -1029,9 +1029,7 @@ class Simulation:
                     "p1": self.op_committed,
                     "half_end": E0,
                     "actions": list(
-                        zip(
-                            src.tolist(), walk["counter"].tolist(), kinds.tolist(), strict=True
-                        )
+                        zip(src.tolist(), walk["counter"].tolist(), kinds.tolist(), strict=True)
                     )
                     + [
                         (int(s_), int(c_), 1 if int(c_) >= c.check_max else 2)

@@ -1,0 +1,65 @@
+"""Rounds to compare: the checked-in real-broker fixtures (always) and the run directories
+named by ``RMQ_BROKER_RUN`` (when set); the closing summary line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.broker import summary
+from tests.broker.runs import fixture_dirs, load_run, run_dirs_from_env
+
+
+def _sources() -> list[tuple[str, object]]:
+    """(source, RecordedRound) pairs; a broken source becomes ("error", message)."""
+    found: list[tuple[str, object]] = []
+    try:
+        runs = [("run", d) for d in run_dirs_from_env()]
+    except AssertionError as exc:
+        return [("error", str(exc))]
+    fixtures = fixture_dirs()
+    if not fixtures:
+        found.append(("error", "tests/fixtures/real-broker/: no checked-in real-broker run"))
+    for source, directory in [("fixture", d) for d in fixtures] + runs:
+        try:
+            found.extend((source, r) for r in load_run(directory))
+        except AssertionError as exc:
+            found.append(("error", str(exc)))
+    return found
+
+
+_SOURCES: list[tuple[str, object]] | None = None
+
+
+def sources() -> list[tuple[str, object]]:
+    global _SOURCES
+    if _SOURCES is None:
+        _SOURCES = _sources()
+    return _SOURCES
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "recorded" in metafunc.fixturenames:
+        items = sources()
+        metafunc.parametrize(
+            "source,recorded",
+            items,
+            ids=[f"{s}:{r.id}" if s != "error" else f"error{k}" for k, (s, r) in enumerate(items)],
+        )
+    if "version_line" in metafunc.fixturenames:
+        lines = sorted({(s, r.line) for s, r in sources() if s != "error"})
+        errors = [(s, r) for s, r in sources() if s == "error"]
+        metafunc.parametrize(
+            "version_source,version_line",
+            lines + errors,
+            ids=[f"{s}:{x}" for s, x in lines] + [f"error{k}" for k in range(len(errors))],
+        )
+
+
+# A fresh results file per session (this conftest is imported once, at collection).
+summary.reset()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    line = summary.summary_line(summary.read(summary.results_path()))
+    if line is not None:
+        terminalreporter.write_line(line)

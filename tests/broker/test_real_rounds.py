@@ -1,0 +1,154 @@
+"""Issue 10: every recorded round of a real broker against our simulator and against the job.
+
+Rounds come from ``tests/fixtures/real-broker/<version>/`` (always) and from the run
+directories of ``RMQ_BROKER_RUN`` (``make test-broker-compare RUN=<dir>``). Comparison 1
+replays the simulator's round (``connectors.rocketmq.broker_round``) on the snapshot;
+comparison 2 runs the job on it (the notebook API in the shared session; one round per
+version line through the command line) and names every difference (``compare.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connectors.rocketmq.broker_round import Snapshot, load_snapshot
+from tests.broker import summary
+from tests.broker.compare import (
+    BY_DESIGN,
+    CLASSES,
+    JobRound,
+    job_vs_broker,
+    simulator_vs_broker,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _check_source(source: str, recorded) -> None:
+    if source == "error":
+        pytest.fail(str(recorded), pytrace=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _snapshot(path: Path, as_of_ms: int) -> Snapshot:
+    return load_snapshot(path, as_of_ms)
+
+
+def _broker_args(recorded) -> dict:
+    s = recorded.settings
+    return {
+        "check_max": s.check_max,
+        "transaction_timeout_ms": s.transaction_timeout_ms,
+        "file_reserved_hours": s.file_reserved_hours,
+        "broker_version": s.version,
+    }
+
+
+_JOB: dict[str, JobRound] = {}
+
+
+def _job_round(spark, recorded) -> JobRound:
+    """The job's round on the snapshot through the notebook API (cached per round)."""
+    if recorded.id not in _JOB:
+        from jobs.reconcile import reconcile_stores
+
+        out = reconcile_stores(
+            spark,
+            [f"broker={recorded.snapshot}"],
+            as_of=recorded.as_of_ms,
+            **_broker_args(recorded),
+        )
+        _JOB[recorded.id] = JobRound.from_outputs(out)
+    return _JOB[recorded.id]
+
+
+def test_simulator_round_reproduces_the_broker_round(source, recorded):
+    _check_source(source, recorded)
+    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+    _, problems = simulator_vs_broker(snap, recorded)
+    summary.record(recorded.id, recorded.line, source, "simulator", not problems)
+    assert not problems, f"{recorded.id}: simulator != broker: " + "; ".join(problems)
+
+
+def test_job_predicts_the_broker_round(spark, source, recorded):
+    _check_source(source, recorded)
+    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+    job = _job_round(spark, recorded)
+    result = job_vs_broker(snap, recorded, job)
+    summary.record(
+        recorded.id,
+        recorded.line,
+        source,
+        "job",
+        result.agrees,
+        differences=len(result.differences),
+        unexplained=len(result.unexplained),
+        names=sorted({d.name for d in result.differences}),
+        classes=sorted(result.classes),
+    )
+    assert {d.name for d in result.differences} <= set(BY_DESIGN)
+    assert not result.unexplained, f"{recorded.id}: " + "; ".join(result.unexplained)
+
+
+def test_every_class_occurs_in_a_compared_round(spark, version_source, version_line):
+    """rules 1/2/3, check, immune, both discards, too_young, not_reached: "all rounds agree"
+    is not vacuous for this version line."""
+    from tests.broker.conftest import sources
+
+    _check_source(version_source, version_line)
+    seen: set[str] = set()
+    for source, recorded in sources():
+        if source == version_source and recorded.line == version_line:
+            snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+            seen |= job_vs_broker(snap, recorded, _job_round(spark, recorded)).classes
+    missing = [c for c in CLASSES if c not in seen]
+    assert not missing, f"{version_source} {version_line}: no compared round has {missing}"
+
+
+def test_command_line_round_equals_the_notebook_round(
+    spark, tmp_path, version_source, version_line
+):
+    """One round per version line through ``python -m jobs.reconcile`` as a user runs it."""
+    from deltalake import DeltaTable
+
+    from tests.broker.conftest import sources
+
+    _check_source(version_source, version_line)
+    recorded = next(r for s, r in sources() if s == version_source and r.line == version_line)
+    args = _broker_args(recorded)
+    out = tmp_path / "out"
+    argv = [
+        sys.executable,
+        "-m",
+        "jobs.reconcile",
+        "--store",
+        f"broker={recorded.snapshot}",
+        "--as-of",
+        str(recorded.as_of_ms),
+        "--check-max",
+        str(args["check_max"]),
+        "--transaction-timeout-ms",
+        str(args["transaction_timeout_ms"]),
+        "--file-reserved-hours",
+        str(args["file_reserved_hours"]),
+        "--broker-version",
+        args["broker_version"],
+        "--master",
+        "local[1]",
+        "--output",
+        str(out),
+    ]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    pending = DeltaTable(str(out / "pending")).to_pyarrow_table().to_pylist()
+    run_summary = DeltaTable(str(out / "run_summary")).to_pyarrow_table().to_pylist()
+    cli = JobRound.from_rows(pending, run_summary)
+    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+    result = job_vs_broker(snap, recorded, cli)
+    assert not result.unexplained, "; ".join(result.unexplained)
+    assert cli == _job_round(spark, recorded)
