@@ -45,6 +45,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             items,
             ids=[f"{s}:{r.id}" if s != "error" else f"error{k}" for k, (s, r) in enumerate(items)],
         )
+    if "live_store" in metafunc.fixturenames:
+        runs = sorted({(s, r.snapshot.parent / "live") for s, r in sources() if s != "error"})
+        errors = [(s, r) for s, r in sources() if s == "error"]
+        metafunc.parametrize(
+            "live_source,live_store",
+            runs + errors,
+            ids=[f"{s}:{p.parent.parent.name}" for s, p in runs]
+            + [f"error{k}" for k in range(len(errors))],
+        )
     if "version_line" in metafunc.fixturenames:
         lines = sorted({(s, r.line) for s, r in sources() if s != "error"})
         errors = [(s, r) for s, r in sources() if s == "error"]

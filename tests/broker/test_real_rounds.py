@@ -52,76 +52,38 @@ def _broker_args(recorded) -> dict:
 _JOB: dict[str, JobRound] = {}
 
 
-def _job_round(spark, recorded) -> JobRound:
-    """The job's round on the snapshot through the notebook API (cached per round)."""
-    if recorded.id not in _JOB:
-        from jobs.reconcile import reconcile_stores
-
-        out = reconcile_stores(
-            spark,
-            [f"broker={recorded.snapshot}"],
-            as_of=recorded.as_of_ms,
-            **_broker_args(recorded),
-        )
-        _JOB[recorded.id] = JobRound.from_outputs(out)
-    return _JOB[recorded.id]
-
-
-def test_simulator_round_reproduces_the_broker_round(source, recorded):
-    _check_source(source, recorded)
-    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
-    _, problems = simulator_vs_broker(snap, recorded)
-    summary.record(recorded.id, recorded.line, source, "simulator", not problems)
-    assert not problems, f"{recorded.id}: simulator != broker: " + "; ".join(problems)
-
-
-def test_job_predicts_the_broker_round(spark, source, recorded):
-    _check_source(source, recorded)
-    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
-    job = _job_round(spark, recorded)
-    result = job_vs_broker(snap, recorded, job)
-    summary.record(
-        recorded.id,
-        recorded.line,
-        source,
-        "job",
-        result.agrees,
-        differences=len(result.differences),
-        unexplained=len(result.unexplained),
-        names=sorted({d.name for d in result.differences}),
-        classes=sorted(result.classes),
-    )
-    assert {d.name for d in result.differences} <= set(BY_DESIGN)
-    assert not result.unexplained, f"{recorded.id}: " + "; ".join(result.unexplained)
-
-
-def test_every_class_occurs_in_a_compared_round(spark, version_source, version_line):
-    """rules 1/2/3, check, immune, both discards, too_young, not_reached: "all rounds agree"
-    is not vacuous for this version line."""
+def _first_of_line(source: str, recorded) -> bool:
     from tests.broker.conftest import sources
 
-    _check_source(version_source, version_line)
-    seen: set[str] = set()
-    for source, recorded in sources():
-        if source == version_source and recorded.line == version_line:
-            snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
-            seen |= job_vs_broker(snap, recorded, _job_round(spark, recorded)).classes
-    missing = [c for c in CLASSES if c not in seen]
-    assert not missing, f"{version_source} {version_line}: no compared round has {missing}"
+    first = next(r for s, r in sources() if s == source and r.line == recorded.line)
+    return first.id == recorded.id
 
 
-def test_command_line_round_equals_the_notebook_round(
-    spark, tmp_path, version_source, version_line
-):
-    """One round per version line through ``python -m jobs.reconcile`` as a user runs it."""
+def _job_round(spark, source: str, recorded, tmp_root: Path) -> JobRound:
+    """The job's round on the snapshot (cached per round): the first round of each version
+    line through the command line as a user runs it, the others through the notebook API in
+    the shared session (a JVM per round would cost a minute each)."""
+    key = f"{source}:{recorded.id}"
+    if key not in _JOB:
+        if _first_of_line(source, recorded):
+            _JOB[key] = _cli_round(recorded, tmp_root / key.replace(":", "-"))
+        else:
+            from jobs.reconcile import reconcile_stores
+
+            out = reconcile_stores(
+                spark,
+                [f"broker={recorded.snapshot}"],
+                as_of=recorded.as_of_ms,
+                **_broker_args(recorded),
+            )
+            _JOB[key] = JobRound.from_outputs(out)
+    return _JOB[key]
+
+
+def _cli_round(recorded, out: Path) -> JobRound:
     from deltalake import DeltaTable
 
-    from tests.broker.conftest import sources
-
-    _check_source(version_source, version_line)
-    recorded = next(r for s, r in sources() if s == version_source and r.line == version_line)
     args = _broker_args(recorded)
-    out = tmp_path / "out"
     argv = [
         sys.executable,
         "-m",
@@ -143,12 +105,65 @@ def test_command_line_round_equals_the_notebook_round(
         "--output",
         str(out),
     ]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{' '.join(argv)}: exit {done.returncode}: {done.stderr[-1500:]}"
     pending = DeltaTable(str(out / "pending")).to_pyarrow_table().to_pylist()
     run_summary = DeltaTable(str(out / "run_summary")).to_pyarrow_table().to_pylist()
-    cli = JobRound.from_rows(pending, run_summary)
+    return JobRound.from_rows(pending, run_summary)
+
+
+def test_simulator_round_reproduces_the_broker_round(source, recorded):
+    _check_source(source, recorded)
     snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
-    result = job_vs_broker(snap, recorded, cli)
-    assert not result.unexplained, "; ".join(result.unexplained)
-    assert cli == _job_round(spark, recorded)
+    _, problems = simulator_vs_broker(snap, recorded)
+    summary.record(recorded.id, recorded.line, source, "simulator", not problems)
+    assert not problems, f"{recorded.id}: simulator != broker: " + "; ".join(problems)
+
+
+def test_job_predicts_the_broker_round(spark, tmp_path_factory, source, recorded):
+    _check_source(source, recorded)
+    snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+    job = _job_round(spark, source, recorded, tmp_path_factory.getbasetemp())
+    result = job_vs_broker(snap, recorded, job)
+    summary.record(
+        recorded.id,
+        recorded.line,
+        source,
+        "job",
+        result.agrees,
+        differences=len(result.differences),
+        unexplained=len(result.unexplained),
+        names=sorted({d.name for d in result.differences}),
+        classes=sorted(result.classes),
+    )
+    assert {d.name for d in result.differences} <= set(BY_DESIGN)
+    assert not result.unexplained, f"{recorded.id}: " + "; ".join(result.unexplained)
+
+
+def test_every_class_occurs_in_a_compared_round(
+    spark, tmp_path_factory, version_source, version_line
+):
+    """rules 1/2/3, check, immune, both discards, too_young, not_reached: "all rounds agree"
+    is not vacuous for this version line."""
+    from tests.broker.conftest import sources
+
+    _check_source(version_source, version_line)
+    seen: set[str] = set()
+    for source, recorded in sources():
+        if source == version_source and recorded.line == version_line:
+            snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
+            job = _job_round(spark, source, recorded, tmp_path_factory.getbasetemp())
+            seen |= job_vs_broker(snap, recorded, job).classes
+    missing = [c for c in CLASSES if c not in seen]
+    assert not missing, f"{version_source} {version_line}: no compared round has {missing}"
+
+
+def test_live_snapshot_reads_without_failing(spark, live_source, live_store):
+    """A store copied while the broker was writing: the job runs, and what it cannot read is
+    bad records at the tail of their files, never a failure."""
+    from tests.broker.live import assert_torn_tail_only, reconcile_live
+
+    _check_source(live_source, live_store)
+    assert live_store.is_dir(), f"{live_store}: the run has no live snapshot"
+    reconcile_live(spark, live_store)
+    assert_torn_tail_only(live_store)
