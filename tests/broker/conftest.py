@@ -3,6 +3,8 @@ named by ``RMQ_BROKER_RUN`` (when set); the closing summary line."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from tests.broker import summary
@@ -15,16 +17,33 @@ def _sources() -> list[tuple[str, object]]:
     try:
         runs = [("run", d) for d in run_dirs_from_env()]
     except AssertionError as exc:
-        return [("error", str(exc))]
+        runs = []
+        found.append(("error", Failure("run", str(exc))))
     fixtures = fixture_dirs()
     if not fixtures:
-        found.append(("error", "tests/fixtures/real-broker/: no checked-in real-broker run"))
+        found.append(
+            (
+                "error",
+                Failure("fixture", "tests/fixtures/real-broker/: no checked-in real-broker run"),
+            )
+        )
     for source, directory in [("fixture", d) for d in fixtures] + runs:
         try:
             found.extend((source, r) for r in load_run(directory))
         except AssertionError as exc:
-            found.append(("error", str(exc)))
+            found.append(("error", Failure(source, str(exc))))
     return found
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A source that cannot be compared: its tests fail with this one line."""
+
+    source: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 _SOURCES: list[tuple[str, object]] | None = None
@@ -52,7 +71,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "live_source,live_store",
             runs + errors,
             ids=[f"{s}:{p.parent.parent.name}" for s, p in runs]
-            + [f"error{k}" for k in range(len(errors))],
+            + [f"{r.source}:error{k}" for k, (_, r) in enumerate(errors)],
         )
     if "version_line" in metafunc.fixturenames:
         lines = sorted({(s, r.line) for s, r in sources() if s != "error"})
@@ -60,7 +79,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(
             "version_source,version_line",
             lines + errors,
-            ids=[f"{s}:{x}" for s, x in lines] + [f"error{k}" for k in range(len(errors))],
+            ids=[f"{s}:{x}" for s, x in lines]
+            + [f"{r.source}:error{k}" for k, (_, r) in enumerate(errors)],
         )
 
 
