@@ -342,6 +342,10 @@ class Variant:
     winner_done: bool = True
     java_counter: bool = True
     java_immunity: bool = True
+    # The walk reaches a copy appended this round only once the store's dispatch thread has
+    # written its consume-queue entry; a real broker can find the k-th copy not yet there
+    # and stop (NO_NEW_MSG): a timing the snapshot cannot tell. None: every copy is there.
+    own_copies_limit: int | None = None
 
 
 BROKER = Variant()
@@ -378,7 +382,12 @@ def replay_round(
             continue
         msg = half.get(i)
         fresh = False
-        if msg is None and i in appended and v.walk_own_copies:
+        if (
+            msg is None
+            and i in appended
+            and v.walk_own_copies
+            and (v.own_copies_limit is None or i - end < v.own_copies_limit)
+        ):
             msg, fresh = appended[i][0], True
         if msg is None:
             if null_count > 1 or i >= next_offset:

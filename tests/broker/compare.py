@@ -158,6 +158,19 @@ def simulator_vs_broker(
     return out, problems
 
 
+def broker_variant(snap: Snapshot, recorded, broker: Variant = BROKER) -> Variant:
+    """``broker``, or ``broker`` with the walk into this round's own copies cut after k
+    copies when that is what the recorded round shows (its half offset stopped k entries past
+    the queue's old end: the k+1-th copy was not dispatched to the consume queue yet when the
+    walk got there). Only a cut that makes the whole round equal counts."""
+    full = replay_round(snap, recorded.as_of_ms, recorded.settings, variant=broker)
+    h1 = recorded.half_committed_after
+    same_round = sum(e.same_round for e in full.discards)
+    if h1 is None or not same_round or not full.half_end <= h1 < full.h1:
+        return broker
+    return dataclasses.replace(broker, own_copies_limit=h1 - full.half_end)
+
+
 def spec_resolution(snap: Snapshot) -> dict[int, str]:
     """Half offsets resolved by spec section 4 (rule1/rule2/rule3), from every op record."""
     named: set[int] = set()

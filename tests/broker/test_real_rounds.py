@@ -22,6 +22,7 @@ from tests.broker.compare import (
     BY_DESIGN,
     CLASSES,
     JobRound,
+    broker_variant,
     job_vs_broker,
     simulator_vs_broker,
 )
@@ -115,8 +116,16 @@ def _cli_round(recorded, out: Path) -> JobRound:
 def test_simulator_round_reproduces_the_broker_round(source, recorded):
     _check_source(source, recorded)
     snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
-    _, problems = simulator_vs_broker(snap, recorded)
-    summary.record(recorded.id, recorded.line, source, "simulator", not problems)
+    broker = broker_variant(snap, recorded)
+    _, problems = simulator_vs_broker(snap, recorded, broker)
+    summary.record(
+        recorded.id,
+        recorded.line,
+        source,
+        "simulator",
+        not problems,
+        dispatch_cut=broker.own_copies_limit,
+    )
     assert not problems, f"{recorded.id}: simulator != broker: " + "; ".join(problems)
 
 
@@ -124,7 +133,7 @@ def test_job_predicts_the_broker_round(spark, tmp_path_factory, source, recorded
     _check_source(source, recorded)
     snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
     job = _job_round(spark, source, recorded, tmp_path_factory.getbasetemp())
-    result = job_vs_broker(snap, recorded, job)
+    result = job_vs_broker(snap, recorded, job, broker_variant(snap, recorded))
     summary.record(
         recorded.id,
         recorded.line,
@@ -153,7 +162,7 @@ def test_every_class_occurs_in_a_compared_round(
         if source == version_source and recorded.line == version_line:
             snap = _snapshot(recorded.snapshot, recorded.as_of_ms)
             job = _job_round(spark, source, recorded, tmp_path_factory.getbasetemp())
-            seen |= job_vs_broker(snap, recorded, job).classes
+            seen |= job_vs_broker(snap, recorded, job, broker_variant(snap, recorded)).classes
     missing = [c for c in CLASSES if c not in seen]
     assert not missing, f"{version_source} {version_line}: no compared round has {missing}"
 
