@@ -180,12 +180,17 @@ def test_calculate_op_offset_needs_a_gap_free_run():
     assert calculate_op_offset([0, 2, 1], 0) == 3
 
 
-def test_job_difference_names_on_a_simulated_round(spark, simulated_run):
+@pytest.fixture(scope="module")
+def simulated_run_5x(tmp_path_factory) -> Path:
+    return write_simulated_run(tmp_path_factory.mktemp("simrun-job"), _config("5.x"), [12])
+
+
+def test_job_difference_names_on_a_simulated_round(spark, simulated_run_5x):
     """The job on a simulated snapshot: every difference from the simulator's recorded round
     is named, the job equals the ladder's last step, and rules 2-3 show up."""
     from jobs.reconcile import reconcile_stores
 
-    recorded = load_run(simulated_run)[12]
+    recorded = load_run(simulated_run_5x)[0]
     snap = load_snapshot(recorded.snapshot, recorded.as_of_ms)
     s = recorded.settings
     job = JobRound.from_outputs(
