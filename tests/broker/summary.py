@@ -15,6 +15,7 @@ from pathlib import Path
 
 RESULTS_ENV = "RMQ_BROKER_RESULTS"
 LINES = ("5.3.3", "4.9.x")
+COMPARISONS = {"simulator", "job"}
 
 
 def results_path() -> Path:
@@ -44,7 +45,7 @@ def record(round_id: str, line: str, source: str, comparison: str, agrees: bool,
 def summary_line(entries: list[dict]) -> str | None:
     """``real broker: N/M rounds agree (5.3.3 a/b, 4.9.x c/d); K differences, all by design``.
     Counts the rounds of real runs (an ``RMQ_BROKER_RUN`` run when one was compared, else
-    the checked-in fixtures); a round agrees when both comparisons agree on it."""
+    the checked-in fixtures); a round agrees when both comparisons ran and agree on it."""
     real = [e for e in entries if e["source"] == "run"] or [
         e for e in entries if e["source"] == "fixture"
     ]
@@ -52,10 +53,15 @@ def summary_line(entries: list[dict]) -> str | None:
         return None
     rounds: dict[str, dict] = {}
     for e in real:
-        slot = rounds.setdefault(e["round"], {"line": e["line"], "agrees": True, "diffs": 0})
+        slot = rounds.setdefault(
+            e["round"], {"line": e["line"], "agrees": True, "diffs": 0, "seen": set()}
+        )
         slot["agrees"] &= bool(e["agrees"])
+        slot["seen"].add(e["comparison"])
         slot["diffs"] += int(e.get("differences", 0))
         slot["unexplained"] = slot.get("unexplained", 0) + int(e.get("unexplained", 0))
+    for r in rounds.values():  # a round agrees only when both comparisons ran and agreed
+        r["agrees"] &= r["seen"] >= COMPARISONS
     agree = sum(r["agrees"] for r in rounds.values())
     parts = []
     for line in LINES:

@@ -224,16 +224,29 @@ def test_job_difference_names_on_a_simulated_round(spark, simulated_run_5x):
 
 
 def test_summary_line():
+    def entry(name, line, source, comparison, agrees, **extra):
+        return {
+            "round": name,
+            "line": line,
+            "source": source,
+            "comparison": comparison,
+            "agrees": agrees,
+            **extra,
+        }
+
     entries = [
-        {"round": "a", "line": "5.3.3", "source": "run", "agrees": True, "differences": 3},
-        {"round": "a", "line": "5.3.3", "source": "run", "agrees": True},
-        {"round": "b", "line": "4.9.x", "source": "run", "agrees": False, "unexplained": 1},
-        {"round": "c", "line": "4.9.x", "source": "fixture", "agrees": True},
+        entry("a", "5.3.3", "run", "simulator", True),
+        entry("a", "5.3.3", "run", "job", True, differences=3),
+        entry("b", "4.9.x", "run", "simulator", True),
+        entry("b", "4.9.x", "run", "job", False, unexplained=1),
+        entry("d", "4.9.x", "run", "simulator", True),  # its job comparison never ran
+        entry("c", "4.9.x", "fixture", "simulator", True),
+        entry("c", "4.9.x", "fixture", "job", True),
     ]
     assert summary.summary_line(entries) == (
-        "real broker: 1/2 rounds agree (5.3.3 1/1, 4.9.x 0/1); 3 differences, 1 NOT by design"
+        "real broker: 1/3 rounds agree (5.3.3 1/1, 4.9.x 0/2); 3 differences, 1 NOT by design"
     )
-    assert summary.summary_line(entries[3:]) == (
+    assert summary.summary_line(entries[5:]) == (
         "real broker: 1/1 rounds agree (5.3.3 0/0, 4.9.x 1/1); 0 differences, all by design"
     )
 
