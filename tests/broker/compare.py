@@ -196,11 +196,15 @@ def ladder(
     """The broker's round, then one difference by design switched off per step."""
     rules = spec_resolution(snap)
     also = frozenset(o for o, r in rules.items() if r != "rule1")
+    # Each step changes the previous one (a dispatch cut of the broker's walk into its own
+    # copies stays until the walk itself is switched off).
+    windows = dataclasses.replace(broker, op_window=None)
+    rules_2_3 = dataclasses.replace(windows, also_resolved=also)
     steps = [
         ("broker", broker),
-        (OP_WINDOWS, Variant(op_window=None)),
-        (RULES_2_3, Variant(op_window=None, also_resolved=also)),
-        (SAME_ROUND, Variant(op_window=None, also_resolved=also, walk_own_copies=False)),
+        (OP_WINDOWS, windows),
+        (RULES_2_3, rules_2_3),
+        (SAME_ROUND, dataclasses.replace(rules_2_3, walk_own_copies=False)),
     ]
     last = steps[-1][1]
     for name, change in (
