@@ -5,6 +5,7 @@ Java number parsing are modelled, and the ladder names every job/broker differen
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -271,3 +272,27 @@ def test_torn_store_copy_reads_as_tail_bad_records(spark, tmp_path):
     assert any(r["queue_id"] == 0 for r in rows)
     assert_torn_tail_only(live)
     assert last_half >= 0
+
+
+def test_a_dispatch_cut_is_named_as_a_same_round_discard():
+    """Two copies reach the maximum this round; the recorded broker discarded one and
+    stopped (the second copy was not in the consume queue yet). The cut is accepted only as
+    that, and the ladder names the difference "same-round discard", nothing else."""
+    from types import SimpleNamespace
+
+    from tests.broker.compare import broker_variant, ladder
+
+    snap = _snap([_half(0, "K", 60, counter="2"), _half(1, "L", 60, counter="2")], [])
+    recorded = SimpleNamespace(as_of_ms=T, settings=SETTINGS, half_committed_after=3)
+    variant = broker_variant(snap, recorded)
+    assert variant.own_copies_limit == 1
+    steps = ladder(snap, T, SETTINGS, variant)
+    assert [(e.uniq_key, e.counter) for e in steps[0][1].discards] == [("K", 3)]
+    changed = {
+        name
+        for (_, a), (name, b) in itertools.pairwise(steps)
+        if (a.h1, a.p1, a.discards) != (b.h1, b.p1, b.discards)
+    }
+    assert changed == {SAME_ROUND}
+    full = SimpleNamespace(as_of_ms=T, settings=SETTINGS, half_committed_after=4)
+    assert broker_variant(snap, full).own_copies_limit is None
