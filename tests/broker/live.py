@@ -17,18 +17,26 @@ def reconcile_live(spark, store: Path) -> list[dict]:
     return rows
 
 
-def assert_torn_tail_only(store: Path) -> None:
-    """Every bad record lies after every readable record of its source file (a torn tail:
-    the copy caught a write in progress), and there are at most a few per file."""
+def assert_torn_tail_only(store: Path) -> int:
+    """Every bad record lies after every readable record of its file and of its queue (a
+    torn tail: the copy caught writes in progress), never in the middle. Returns how many."""
     readable: dict[str, int] = {}
-    bad: dict[str, list[tuple[int, str]]] = {}
+    newest: dict[tuple[str, int], int] = {}
+    bad: list[dict] = []
+    columns = ["source", "position", "reason", "topic", "queue_id", "queue_offset"]
     for batch in read_batches([StoreSpec("live", store)]):
-        for row in batch.select(["source", "position", "reason"]).to_pylist():
+        for row in batch.select(columns).to_pylist():
             if row["reason"] is None:
                 readable[row["source"]] = max(readable.get(row["source"], -1), row["position"])
+                queue = (row["topic"], row["queue_id"])
+                newest[queue] = max(newest.get(queue, -1), row["queue_offset"])
             else:
-                bad.setdefault(row["source"], []).append((row["position"], row["reason"]))
-    for source, items in bad.items():
-        last_good = readable.get(source, -1)
-        inside = [(p, r) for p, r in items if p is None or p < last_good]
-        assert not inside, f"{source}: unreadable records before readable ones: {inside[:3]}"
+                bad.append(row)
+    for row in bad:
+        where = f"{row['source']}@{row['position']} ({row['reason']})"
+        assert row["position"] is not None, where
+        assert row["position"] > readable.get(row["source"], -1), f"not at the tail: {where}"
+        if row["queue_offset"] is not None:
+            later = newest.get((row["topic"], row["queue_id"]), -1)
+            assert row["queue_offset"] > later, f"readable entries after {where}"
+    return len(bad)
