@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster
+.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,17 @@ test-broker-harness: ## Build and run the real-broker harness, both version line
 
 test-broker: test-broker-harness $(STAMP) ## Real brokers: run the harness, then compare every round (slow; Maven Central)
 	$(MAKE) test-broker-compare RUN=$(BROKER_RUNS)
+
+# The Python half of `make test-broker` (issue 10): compare every round of a real-broker run
+# directory (the harness's output, RUN=<dir>: one run, or a directory of runs) with our
+# simulator and with the job, then print the one summary line last.
+BROKER_RESULTS ?= $(abspath .pytest_cache/broker-results.jsonl)
+test-broker-compare: $(STAMP) ## Compare a real-broker harness run with the simulator and the job (RUN=<dir>)
+	@test -n "$(RUN)" || { echo "error: give RUN=<harness run directory>" >&2; exit 2; }
+	@test -d "$(RUN)" || { echo "error: RUN=$(RUN): no such directory" >&2; exit 2; }
+	RMQ_BROKER_RUN="$(abspath $(RUN))" RMQ_BROKER_RESULTS="$(BROKER_RESULTS)" \
+	  timeout 3600 $(BIN)/python -m pytest tests/broker/test_real_rounds.py tests/broker/test_real_bytes.py -k 'run:'; \
+	  rc=$$?; $(BIN)/python -m tests.broker.summary "$(BROKER_RESULTS)" || rc=1; exit $$rc
 
 test-notebook: $(STAMP) ## Execute examples/audit.ipynb top to bottom
 	$(BIN)/python -m pytest -m notebook tests/report/test_notebook.py

@@ -15,6 +15,7 @@ DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 # it is a zip member, not a file, and must be read through the zip (unresolved path).
 _PACKAGED_CONF = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf", "default.toml")
 _INT32_MAX = 2**31 - 1
+BROKER_VERSIONS = ("5", "4.9")  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.0.0
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class JobConfig:
     file_reserved_hours: int = 72
     check_interval_ms: int = 30000
     as_of: str = "now"
+    broker_version: str = "5"
     include_body: bool = False
     strict: bool = False
     verify_crc: bool = False
@@ -34,6 +36,10 @@ class JobConfig:
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
             raise InputError(f"check_max must be between 0 and {_INT32_MAX}: {self.check_max}")
+        if self.broker_version not in BROKER_VERSIONS:
+            raise InputError(
+                f"broker_version must be one of {', '.join(BROKER_VERSIONS)}: {self.broker_version!r}"
+            )
         for name in (
             "transaction_timeout_ms",
             "file_reserved_hours",

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check-max", dest="check_max", type=int)
     parser.add_argument("--transaction-timeout-ms", dest="transaction_timeout_ms", type=int)
     parser.add_argument("--file-reserved-hours", dest="file_reserved_hours", type=int)
+    parser.add_argument(
+        "--broker-version",
+        dest="broker_version",
+        choices=["5", "4.9"],
+        help="the broker's version line: 5 (5.1+, default) or 4.9 (4.9.x and 5.0.0)",
+    )
     parser.add_argument("--strict", action="store_const", const=True, help="fail on any bad record")
     parser.add_argument(
         "--include-body",
@@ -137,6 +143,7 @@ def derive_run_id(inputs: Sequence[str], as_of_ms: int, config: JobConfig) -> st
             "file_reserved_hours",
             "include_body",
             "verify_crc",
+            "broker_version",
         )
     }
     digest = hashlib.sha256(json.dumps([sorted(inputs), as_of_ms, settings]).encode()).hexdigest()
@@ -281,6 +288,7 @@ def _params(config: JobConfig, as_of_ms: int, run_id: str):
         transaction_timeout_ms=config.transaction_timeout_ms,
         file_reserved_hours=config.file_reserved_hours,
         include_body=config.include_body,
+        broker_version=config.broker_version,
     )
 
 
@@ -507,6 +515,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
             "check_max",
             "transaction_timeout_ms",
             "file_reserved_hours",
+            "broker_version",
             "strict",
             "include_body",
             "verify_crc",

@@ -18,6 +18,8 @@ class RoundParams:
         transaction_timeout_ms: [transactionTimeOut] default immunity.
         file_reserved_hours: [fileReservedTime] discard when older than this (born time).
         include_body: keep message bodies in check_requests/discards/pending.
+        broker_version: "5" (5.1+) or "4.9": a 4.9 broker never marks an op record of
+            another tag than ``d`` done, so its op offset stops there (p1; not p_safe).
     """
 
     as_of_ms: int
@@ -26,6 +28,7 @@ class RoundParams:
     transaction_timeout_ms: int = 6000
     file_reserved_hours: int = 72
     include_body: bool = False
+    broker_version: str = "5"
 
     @property
     def reserved_ms(self) -> int:

@@ -52,6 +52,7 @@ from transforms.offsets import queue_bounds, queue_domain, queue_starts, start_o
 from transforms.ops import (
     OP_OFFSET,
     explode_op_items,
+    is_remove_op,
     largest_named_offset,
     named_offsets,
     unparsable_items,
@@ -142,12 +143,17 @@ def _status(h1: Column, stop_offset: Column) -> Column:
     )
 
 
-def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataFrame:
+def _op_offsets(
+    ops: DataFrame, op_items: DataFrame, queues: DataFrame, params: RoundParams
+) -> DataFrame:
     """p1 and p_safe per queue: the first op offset >= p0 that is missing or not done
     (with h1, resp. h_safe), else the op queue's end."""
     window = queues.select(*QUEUE_KEY, "p0", "op_end", "h1", "h_safe")
+    # A 4.9 broker never marks an op record of another tag done: its op offset stays there
+    # for good (p1). Passing it loses nothing, so p_safe does not stop there.
+    stalls = F.lit(params.broker_version == "4.9") & ~F.coalesce(is_remove_op(), F.lit(False))
     ahead = (
-        ops.select(*QUEUE_KEY, "queue_offset")
+        ops.select(*QUEUE_KEY, "queue_offset", stalls.alias("stalls"))
         .join(F.broadcast(window), QUEUE_KEY)
         .filter(F.col("queue_offset") >= F.col("p0"))
     )
@@ -161,9 +167,9 @@ def _op_offsets(ops: DataFrame, op_items: DataFrame, queues: DataFrame) -> DataF
     with_largest = ahead.join(largest, [*QUEUE_KEY, "queue_offset"], how="left")
     first = with_largest.groupBy(*QUEUE_KEY).agg(
         F.min("queue_offset").alias("first_present"),
-        F.min(F.when(F.col("max_named") >= F.col("h1"), F.col("queue_offset"))).alias(
-            "first_not_done"
-        ),
+        F.min(
+            F.when((F.col("max_named") >= F.col("h1")) | F.col("stalls"), F.col("queue_offset"))
+        ).alias("first_not_done"),
         F.min(F.when(F.col("max_named") >= F.col("h_safe"), F.col("queue_offset"))).alias(
             "first_not_done_safe"
         ),
@@ -350,9 +356,9 @@ def classify_round(
     # them scans every record).
     bad_records = bad_records.persist(StorageLevel.MEMORY_AND_DISK)
 
-    queues = with_safe.join(_op_offsets(ops, op_items, with_safe), QUEUE_KEY, how="left").join(
-        in_window, QUEUE_KEY, how="left"
-    )
+    queues = with_safe.join(
+        _op_offsets(ops, op_items, with_safe, params), QUEUE_KEY, how="left"
+    ).join(in_window, QUEUE_KEY, how="left")
     # Bad records and reader notes of queues outside the domain (e.g. a queue whose only
     # record is unreadable, or a corrupt commit-log region with no queue) still get a
     # summary row: nothing is dropped silently.

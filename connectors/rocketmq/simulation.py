@@ -506,6 +506,9 @@ class Simulation:
         self.position = 0  # commit-log write position (absolute)
         self.round_times: list[int] = []  # start time of every check round
         self.round_ends: list[int] = []  # time of the last put-back / discard write of every round
+        # per round: start, offsets before/after, (source offset, counter, action) of every
+        # copy and discard (tests replay rounds on the written store and compare with this)
+        self.round_log: list[dict[str, Any]] = []
         self._ran = False
 
     # ------------------------------------------------------------------ actors
@@ -1013,8 +1016,32 @@ class Simulation:
                         np.full(len(disc_src), RANK_ROUND),
                     )
                 )
+            p_before = self.op_committed
             self._commit_op_offset(walk, H0, h_end)
             self.half_committed = h_end
+            n_walk = len(kinds)
+            self.round_log.append(
+                {
+                    "now": lo,
+                    "h0": H0,
+                    "p0": p_before,
+                    "h1": h_end,
+                    "p1": self.op_committed,
+                    "half_end": E0,
+                    "actions": list(
+                        zip(src.tolist(), walk["counter"].tolist(), kinds.tolist(), strict=True)
+                    )
+                    + [
+                        (int(s_), int(c_), 1 if int(c_) >= c.check_max else 2)
+                        for s_, c_ in zip(
+                            disc_src[int((kinds <= 2).sum()) :].tolist(),
+                            disc_counter[int((kinds <= 2).sum()) :].tolist(),
+                            strict=True,
+                        )
+                    ],
+                    "walked": n_walk,
+                }
+            )
             # producers answer checks of copies: outcome if they know it, else UNKNOWN (nothing)
             checked = copy_kind == KIND_CHECK_COPY
             ck_off, ck_t = copy_offset[checked], copy_t[checked]

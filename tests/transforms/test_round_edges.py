@@ -74,3 +74,17 @@ def test_identical_duplicate_rows_are_used_once(spark: SparkSession) -> None:
         ignore_nullable=True,
     )
     assert [row["check"] for row in out["run_summary"]] == [1]
+
+
+def test_broker_version_49_keeps_p1_at_an_op_of_another_tag(spark: SparkSession) -> None:
+    """Spec §5 (2026-11-24): a 4.9 broker never marks an op of another tag done, so its op
+    offset stays at it; p_safe passes it (it names nothing). 5.x: done (case C12)."""
+    records = [half(0, 2 * 1000), op(0, "0", tag="x")]
+    summary_ddl = "p0 BIGINT, p1 BIGINT, p_safe BIGINT"
+    for version, p1 in (("5", 1), ("4.9", 0)):
+        out = reconcile(frame(spark, records), committed(spark, []), params(broker_version=version))
+        assert_df_equality(
+            out.run_summary.select("p0", "p1", "p_safe"),
+            _rows(spark, [{"p0": 0, "p1": p1, "p_safe": 1}], summary_ddl),
+            ignore_nullable=True,
+        )
