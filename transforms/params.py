@@ -18,6 +18,8 @@ class RoundParams:
         transaction_timeout_ms: [transactionTimeOut] default immunity.
         file_reserved_hours: [fileReservedTime] discard when older than this (born time).
         include_body: keep message bodies in check_requests/discards/pending.
+        check_interval_ms: [transactionCheckInterval] the broker's round period; only
+            forecasts (``discard_at_ms``) use it.
     """
 
     as_of_ms: int
@@ -26,6 +28,7 @@ class RoundParams:
     transaction_timeout_ms: int = 6000
     file_reserved_hours: int = 72
     include_body: bool = False
+    check_interval_ms: int = 30000
 
     @property
     def reserved_ms(self) -> int:
