@@ -43,7 +43,8 @@ def checks_left(params: RoundParams) -> Column:
     discarded record gets no check any more: 0."""
     used = F.coalesce(F.col("counter_after"), F.lit(0)).cast(T.LongType())
     left = F.greatest(F.lit(params.check_max).cast(T.LongType()) - used, F.lit(0))
-    return F.when(is_discarded(), F.lit(0)).otherwise(left).cast(T.IntegerType())
+    # try_cast: a garbage counter (e.g. -2^31) leaves more checks than an int holds: null.
+    return F.when(is_discarded(), F.lit(0)).otherwise(left).try_cast(T.IntegerType())
 
 
 def copy_reached_this_round(params: RoundParams) -> Column:
@@ -64,16 +65,22 @@ def discard_at_ms(params: RoundParams) -> Column:
 
     Discard rows: T. Otherwise, with c the counter after this round (the stored counter
     for too_young / not_reached; null = 0), by count the round T + (check_max - c + 1) x
-    interval (at least the next round), or T when c reached the maximum and the copy is
+    interval (at least the next round; a null counter at least the round after), or T
+    when c reached the maximum and the copy is
     reached this round; by age the first round after born + retention; whichever is
     earlier. "Earliest": a real round period is the interval plus the round's run time.
     """
     as_of = F.lit(params.as_of_ms).cast(_EXACT)
     interval = F.lit(params.check_interval_ms).cast(_EXACT)
-    counter = F.coalesce(F.col("counter_after"), F.lit(0)).cast(_EXACT)
-    rounds_by_count = F.when(copy_reached_this_round(params), F.lit(0)).otherwise(
-        F.greatest(F.lit(params.check_max).cast(_EXACT) - counter + 1, F.lit(1))
+    check_max = F.lit(params.check_max).cast(_EXACT)
+    counter = F.col("counter_after").cast(_EXACT)
+    # A record without a counter (too young or not reached) is not compared with the
+    # maximum the first time the broker reaches it (it gets counter 1): null = 0, except
+    # that even check_max 0 discards it only the round after.
+    by_count = F.when(counter.isNull(), F.greatest(check_max + 1, F.lit(2))).otherwise(
+        F.greatest(check_max - counter + 1, F.lit(1))
     )
+    rounds_by_count = F.when(copy_reached_this_round(params), F.lit(0)).otherwise(by_count)
     # The first k >= 1 with T + k x interval - born > retention.
     to_expiry = F.lit(params.reserved_ms).cast(_EXACT) - exact_age(params)
     rounds_by_age = F.greatest(F.floor(to_expiry / interval) + 1, F.lit(1)).cast(_EXACT)

@@ -40,9 +40,10 @@ def collect_outputs(out: RoundOutputs) -> dict[str, list[dict[str, Any]]]:
 
 
 def _from_json(value: Any, data_type: T.DataType) -> Any:
-    """JSON gives timestamps as ISO-8601 text (UTC, the session's zone): back to datetimes."""
+    """JSON gives timestamps as ISO-8601 text with their offset: back to aware datetimes
+    (Spark stores an aware datetime as its instant, whatever the local time zone)."""
     if value is not None and isinstance(data_type, T.TimestampType):
-        return datetime.fromisoformat(value).astimezone(UTC).replace(tzinfo=None)
+        return datetime.fromisoformat(value).astimezone(UTC)
     return value
 
 

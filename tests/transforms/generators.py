@@ -107,6 +107,12 @@ def _half_fields(draw: Any, params: RoundParams, lo: int, hi: int) -> dict[str, 
         "store_host": draw(
             st.sampled_from(["10.0.0.1:10911", "10.0.0.1:10911", "[fe80::1]:10911"])
         ),
+        # What the operator columns show: KEYS (space-separated) and the transaction id.
+        "extra_properties": draw(
+            st.sampled_from(
+                [{}, {"KEYS": "k1"}, {"KEYS": " k1  k2 "}, {"__transactionId__": "tx-1"}]
+            )
+        ),
     }
 
 

@@ -103,8 +103,8 @@ def test_keys_tags_transaction_id_born_host_and_utc_timestamps(
     rows = _select(forecast_round.check_requests, ddl).filter(F.col("queue_id") == 0)
 
     def instant(ms: int) -> datetime:
-        # The session time zone is UTC, so Spark hands back naive UTC datetimes.
-        return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+        # Aware, so that Spark takes the instant whatever the local time zone is.
+        return datetime.fromtimestamp(ms / 1000, UTC)
 
     born = T - 60 * S
     assert_df_equality(

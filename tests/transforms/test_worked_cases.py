@@ -355,7 +355,7 @@ def test_outputs_have_the_schemas_of_the_output_tables(worked: Outputs) -> None:
 
 
 def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+    return datetime.fromtimestamp(ms / 1000, UTC)  # aware: the same instant in any local zone
 
 
 def test_a_check_request_row_carries_the_half_record_fields(
