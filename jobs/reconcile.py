@@ -500,6 +500,7 @@ def format_summary(
     lines = [f"run {run_id}  as of {as_of_ms} ({when})", settings_line(summary_rows)]
     lines.append("needs attention first:")
     lines += [f"  {line}" for line in attention_lines(summary_rows, offset_rows, output_root)]
+    lines.append("per queue:")
     for row in sorted(
         summary_rows,
         key=lambda r: (r["broker"], r["queue_id"] if r["queue_id"] is not None else -1),

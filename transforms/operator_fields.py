@@ -83,7 +83,11 @@ def discard_at_ms(params: RoundParams) -> Column:
     rounds_by_count = F.when(copy_reached_this_round(params), F.lit(0)).otherwise(by_count)
     # The first k >= 1 with T + k x interval - born > retention.
     to_expiry = F.lit(params.reserved_ms).cast(_EXACT) - exact_age(params)
-    rounds_by_age = F.greatest(F.floor(to_expiry / interval) + 1, F.lit(1)).cast(_EXACT)
+    # floor(to_expiry / interval) exactly: subtracting the remainder first makes the
+    # division exact (a decimal division rounds to a few digits, which floor would
+    # then carry to the wrong integer for a long interval).
+    whole_rounds = (to_expiry - F.pmod(to_expiry, interval)) / interval
+    rounds_by_age = F.greatest(whole_rounds.cast(_EXACT) + 1, F.lit(1)).cast(_EXACT)
     forecast = as_of + F.least(rounds_by_count, rounds_by_age) * interval
     return (
         F.when(is_discarded(), as_of)
