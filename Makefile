@@ -10,10 +10,12 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare
+.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare fuzz
 
 help: ## Show the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+		'{name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1)} \
+		END {for (i = 1; i <= NR; i++) printf "  make %-*s  %s\n", w, name[i], text[i]}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +25,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## Create .venv and install the project with its dev tools
 
-$(SAMPLE_STORE)/commitlog: | $(STAMP)
-	$(BIN)/python -m jobs.simulate --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
+# The sample store is simulated again when SAMPLE_TRANSACTIONS changes: the stamp names
+# the size it was simulated with.
+SAMPLE_STAMP := $(SAMPLE_STORE)/.simulated-$(SAMPLE_TRANSACTIONS)-transactions
 
-run: $(STAMP) $(SAMPLE_STORE)/commitlog ## Simulate a sample broker store (once), reconcile it, print the summary
+$(SAMPLE_STAMP): | $(STAMP)
+	rm -rf $(SAMPLE_STORE)
+	$(BIN)/python -m jobs.simulate --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
+	touch $@
+
+run: $(STAMP) $(SAMPLE_STAMP) ## Simulate a sample broker store (again when SAMPLE_TRANSACTIONS changes), reconcile it, print the summary
 	$(BIN)/python -m jobs.reconcile --store $(SAMPLE_STORE) --as-of latest --output $(SAMPLE_OUTPUT)
 	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
@@ -91,6 +99,20 @@ bench: $(BENCH_STAMP) ## Benchmark 1M/4M/16M x3 + scale-out into docs/benchmarks
 
 bench-scaleout: $(BENCH_STAMP) ## Only the local[1] vs local[2] check on the 1M stores, into docs/benchmarks.md
 	$(BIN)/python -m bench.scaleout
+
+FUZZ_STAMP := $(VENV)/.fuzz-stamp
+FUZZ_SECONDS ?= 300
+FUZZ_DIR ?= $(HOME)/.cache/rmq-txn-reconcile/fuzz
+
+$(FUZZ_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,fuzz]'
+	touch $(FUZZ_STAMP)
+
+fuzz: $(FUZZ_STAMP) ## Coverage-guided fuzzing of the store decoder with atheris (manual, not in CI; FUZZ_SECONDS=300)
+	$(BIN)/python fuzz/fuzz_reader.py --write-seeds $(FUZZ_DIR)/seeds
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/findings
+	$(BIN)/python fuzz/fuzz_reader.py $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds -max_total_time=$(FUZZ_SECONDS) \
+		-max_len=20000 -timeout=30 -print_final_stats=1 -artifact_prefix=$(FUZZ_DIR)/findings/
 
 DIST ?= dist
 

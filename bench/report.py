@@ -92,7 +92,11 @@ def load_results(path: Path) -> dict:
 
 def save_results(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    text = json.dumps(results, indent=1, sort_keys=False) + "\n"
+    # The file is committed: paths under the home directory are written ~/..., so that no
+    # absolute path of the measuring machine lands in the repository.
+    text = text.replace(str(Path.home()) + "/", "~/")
+    path.write_text(text)
 
 
 def stats(values: list[float]) -> dict | None:

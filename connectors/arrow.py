@@ -12,6 +12,8 @@ _PRIMITIVES: dict[type[T.DataType], pa.DataType] = {
     T.BinaryType: pa.binary(),
     T.BooleanType: pa.bool_(),
     T.DoubleType: pa.float64(),
+    # An instant: Delta's `timestamp` (microseconds, adjusted to UTC).
+    T.TimestampType: pa.timestamp("us", tz="UTC"),
 }
 
 

@@ -113,6 +113,8 @@ def _retry(commit) -> None:
 class DeltaRsOutput:
     """delta-rs commits of files written by Spark (see module docstring)."""
 
+    name = "delta-rs"
+
     def __init__(self, spark: SparkSession, root: Path) -> None:
         self.spark = spark
         self.root = root
@@ -144,6 +146,8 @@ class DeltaRsOutput:
         path = self.table_path(table)
         staging = path / partition_folder(run_id) / f"write-{uuid.uuid4().hex}"
         data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
+        # Timestamps as INT64 microseconds (Delta's own encoding), not Spark's legacy INT96.
+        self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         # Counted by the executors while they write (same pass, no second job).
         written = Observation(f"rows written to {table}")
         frame.select(*data_columns).observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
@@ -222,6 +226,8 @@ class DeltaSparkOutput:
     semantics as ``DeltaRsOutput``: create if absent, replace the run's partition with
     ``replaceWhere``, merge the offsets.
     """
+
+    name = "delta-spark"
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark

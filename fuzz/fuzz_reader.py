@@ -14,9 +14,11 @@ examples.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +26,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from connectors.rocketmq.writer import StoreWriter  # noqa: E402
+try:
+    import atheris
+except ImportError:
+    atheris = None
+
+# Coverage-guided fuzzing needs the code under test instrumented as it is imported: the
+# decoder and the reader (and what they call in the project). Without this, atheris only
+# sees its own entry point and reports "no interesting inputs were found".
+INSTRUMENTED = ["connectors", "schemas", "transforms"]
+with atheris.instrument_imports(include=INSTRUMENTED) if atheris else contextlib.nullcontext():
+    import connectors.rocketmq.codec
+    import connectors.rocketmq.reader  # noqa: F401
+    from connectors.rocketmq.writer import StoreWriter
 from tests.connectors.reference import messages_table  # noqa: E402
 from tests.robustness.store import HALF, LOG0, base_rows, half  # noqa: E402
 from tests.robustness.test_fuzz import assert_every_entry_accounted, read_all  # noqa: E402
@@ -81,11 +95,54 @@ def one_input(data: bytes) -> None:
         shutil.rmtree(root)
 
 
+def _seed(mode: int, split: int, payload: bytes) -> bytes:
+    return bytes([mode]) + struct.pack(">H", split % 65536) + payload
+
+
+def _simulated_store() -> tuple[bytes, bytes]:
+    """The head of a simulated broker's commit log and its half consume queue."""
+    with tempfile.TemporaryDirectory(prefix="fuzz-sim-") as tmp:
+        store = Path(tmp) / "store"
+        subprocess.run(
+            [sys.executable, "-m", "jobs.simulate", "--out", str(store), "--transactions", "12"]
+            + ["--commitlog-file-size", "65536", "--cq-file-entries", "64", "--other-traffic", "0"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        log = sorted((store / "commitlog").iterdir())[0].read_bytes()
+        queue = sorted((store / "consumequeue" / HALF / "0").iterdir())[0].read_bytes()
+    return log[:16384], queue[:400]
+
+
+def write_seeds(folder: Path) -> list[Path]:
+    """Valid inputs for every mode: the valid test log and queue, the real broker's commit
+    log (tests/fixtures), a simulated broker's log and half queue."""
+    folder.mkdir(parents=True, exist_ok=True)
+    real = (ROOT / "tests" / "fixtures" / "real-commitlog" / "00000000000000000000").read_bytes()
+    sim_log, sim_cq = _simulated_store()
+    seeds = {
+        "valid-log": _seed(0, 0, VALID_LOG),
+        "valid-log-crc-bodies": _seed(0, 3, VALID_LOG),
+        "real-broker-log": _seed(0, 1, real),
+        "simulated-log": _seed(0, 0, sim_log),
+        "valid-cq": _seed(1, 0, VALID_CQ),
+        "valid-log-and-cq": _seed(2, len(VALID_LOG), VALID_LOG + VALID_CQ),
+        "simulated-log-and-cq": _seed(2, len(sim_log), sim_log + sim_cq),
+        "valid-log-xor": _seed(3, 0, b"\x00\x10\x01"),
+    }
+    written = []
+    for name, data in seeds.items():
+        (folder / name).write_bytes(data)
+        written.append(folder / name)
+    return written
+
+
 def main() -> None:
-    try:
-        import atheris
-    except ImportError:
-        atheris = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--write-seeds":
+        for path in write_seeds(Path(sys.argv[2])):
+            print(f"seed {path} ({path.stat().st_size} bytes)")
+        return
     if atheris is not None:
         atheris.Setup(sys.argv, one_input)
         atheris.Fuzz()

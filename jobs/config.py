@@ -48,6 +48,8 @@ class JobConfig:
         ):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
+        if self.check_interval_ms <= 0:  # forecasts divide by it
+            raise InputError(f"check_interval_ms must be positive: {self.check_interval_ms}")
         return self
 
 

@@ -2,11 +2,14 @@
 
 ``python -m jobs.package DIST`` writes ``DIST/rmq_txn_reconcile.zip`` (the packages
 ``jobs``, ``transforms``, ``schemas``, ``connectors`` and ``conf/``) and
-``DIST/reconcile.py`` (the entry script), then prints the ``spark-submit`` command.
+``DIST/reconcile.py`` (the entry script) and ``DIST/log4j2.properties`` (the job's quiet
+logging), then prints the ``spark-submit`` command.
 """
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import sys
 import zipfile
 from pathlib import Path
@@ -30,6 +33,7 @@ from jobs.reconcile import main
 if __name__ == "__main__":
     sys.exit(main())
 '''
+LOG4J_NAME = "log4j2.properties"
 
 
 def build(dist: Path) -> tuple[Path, Path]:
@@ -43,11 +47,27 @@ def build(dist: Path) -> tuple[Path, Path]:
             out.write(path, f"conf/{path.name}")
     entry = dist / ENTRY_NAME
     entry.write_text(ENTRY_SCRIPT, encoding="utf-8")
+    shutil.copyfile(ROOT / "conf" / LOG4J_NAME, dist / LOG4J_NAME)
     return archive, entry
 
 
 def command(archive: Path, entry: Path, master: str = "local[2]") -> list[str]:
-    return ["spark-submit", "--master", master, "--py-files", str(archive), str(entry)]
+    """The spark-submit command as printed: it runs as is from a fresh shell (full paths,
+    the venv's Python for driver and workers, the job's quiet logging for the driver JVM,
+    which spark-submit starts before the job's own code runs)."""
+    python = Path(sys.executable)
+    log4j = archive.parent / LOG4J_NAME
+    return [
+        f"PYSPARK_PYTHON={python}",
+        str(python.with_name("spark-submit")),
+        "--master",
+        master,
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{log4j}",
+        "--py-files",
+        str(archive),
+        str(entry),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "run it with (add the job's arguments; on a cluster use its --master and add"
         " --conf spark.pyspark.python=PYTHON, see the README):"
     )
-    print(" ".join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
+    print(shlex.join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
     return 0
 
 

@@ -22,6 +22,12 @@ from pathlib import Path
 if __package__ in (None, ""):  # spark-submit jobs/reconcile.py: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# A notebook that imports this module before it creates its session with a plain
+# SparkSession.builder.getOrCreate() gets Python workers running this interpreter (the one
+# with pyarrow and the project), not whatever `python3` is first on PATH. An explicit
+# PYSPARK_PYTHON wins; a session started earlier keeps its workers (probe_workers says so).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -40,6 +46,15 @@ class StrictModeError(RuntimeError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit code 2 (spec section 7)
         raise InputError(message)
+
+
+def packaged_defaults() -> JobConfig:
+    """conf/default.toml over the built-in defaults; the built-in ones if it is unreadable
+    (the run itself then reports the file with one line)."""
+    try:
+        return load_config(None, {})
+    except InputError:
+        return JobConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,9 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-id", dest="run_id", help="default: derived from the inputs, T and settings"
     )
     parser.add_argument("--conf", help="TOML file overriding conf/default.toml")
-    parser.add_argument("--check-max", dest="check_max", type=int)
-    parser.add_argument("--transaction-timeout-ms", dest="transaction_timeout_ms", type=int)
-    parser.add_argument("--file-reserved-hours", dest="file_reserved_hours", type=int)
+    # Flags default to None so that --conf can override the packaged defaults; the help
+    # shows the packaged defaults (conf/default.toml, the broker's own).
+    defaults = packaged_defaults()
+    parser.add_argument(
+        "--check-max",
+        dest="check_max",
+        type=int,
+        help=f"discard when the counter reaches it (default {defaults.check_max})",
+    )
+    parser.add_argument(
+        "--transaction-timeout-ms",
+        dest="transaction_timeout_ms",
+        type=int,
+        help=f"default immunity (default {defaults.transaction_timeout_ms})",
+    )
+    parser.add_argument(
+        "--file-reserved-hours",
+        dest="file_reserved_hours",
+        type=int,
+        help=f"discard when older, by born time (default {defaults.file_reserved_hours})",
+    )
     parser.add_argument(
         "--broker-version",
         dest="broker_version",
@@ -243,9 +276,27 @@ def read_segment_inputs(
     )
 
 
+def validate_output(output: str, stores: Sequence[str]) -> None:
+    """A local ``--output`` must not be a file nor inside a store (the job never writes
+    into a broker's store). URIs of other file systems pass through."""
+    if "://" in output and not output.startswith("file://"):
+        return
+    path = Path(output.removeprefix("file://")).resolve()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--output {output}: is a file, not a directory")
+    from connectors.rocketmq.reader import parse_store_arg
+
+    for arg in stores:
+        root = parse_store_arg(arg).root.resolve()
+        if path == root or root in path.parents:
+            raise InputError(f"--output {output}: is inside the store {root}; write elsewhere")
+
+
 def validate_arguments(args: argparse.Namespace) -> None:
     """Everything that can be checked before Spark starts (exit code 2, one line)."""
     from connectors.rocketmq.offsets_file import read_consumer_offsets
+
+    validate_output(args.output, args.store)
 
     segments = [args.half, args.op, args.format, args.broker]
     if args.store and any(value is not None for value in [*segments, args.offsets]):
@@ -289,6 +340,7 @@ def _params(config: JobConfig, as_of_ms: int, run_id: str):
         file_reserved_hours=config.file_reserved_hours,
         include_body=config.include_body,
         broker_version=config.broker_version,
+        check_interval_ms=config.check_interval_ms,
     )
 
 
@@ -366,9 +418,11 @@ def reconcile_stores(
     Returns:
         ``transforms.round.RoundOutputs``.
     """
+    from jobs.session import probe_workers
     from transforms.round import shape_outputs
 
     config = load_config(None, dict(settings))
+    probe_workers(spark)
     inputs = read_store_inputs(spark, stores, config)
     return shape_outputs(_round(inputs, config, parse_as_of(str(as_of)), run_id))
 
@@ -386,9 +440,11 @@ def reconcile_segments(
     **settings: object,
 ):
     """Notebook entry point for exported segments (see ``reconcile_stores``)."""
+    from jobs.session import probe_workers
     from transforms.round import shape_outputs
 
     config = load_config(None, dict(settings))
+    probe_workers(spark)
     inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
     return shape_outputs(_round(inputs, config, parse_as_of(str(as_of)), run_id))
 
@@ -409,12 +465,15 @@ def write_outputs(
     include_body: bool,
     started: float,
     progress,
+    facts: dict[str, object] | None = None,
 ) -> dict[str, int]:
-    """Create the tables if absent, replace this run's rows in each; offsets last."""
+    """Create the tables if absent, replace this run's rows in each; offsets last.
+    ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary."""
     from connectors.delta import open_output
     from schemas.outputs import CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
 
     writer = open_output(spark, output_root)
+    facts = facts or run_facts(writer, ())
     counts: dict[str, int] = {}
     for name in outputs.tables():
         writer.ensure_table(name, table_schema(name, include_body))
@@ -422,8 +481,14 @@ def write_outputs(
         schema = table_schema(name, include_body)
         if name == RUN_SUMMARY_TABLE:
             now = int(time.time() * 1000)
-            frame = frame.withColumn("written_at_ms", F.lit(now)).withColumn(
-                "duration_ms", F.lit(now - int(started * 1000))
+            frame = frame.withColumns(
+                {
+                    "inputs": F.array(*[F.lit(i) for i in facts["inputs"]]).cast("array<string>"),
+                    "writer": F.lit(facts["writer"]),
+                    "job_version": F.lit(facts["job_version"]),
+                    "written_at_ms": F.lit(now),
+                    "duration_ms": F.lit(now - int(started * 1000)),
+                }
             )
         if name == CONSUME_OFFSETS_TABLE:
             counts[name] = writer.merge_offsets(frame, schema)
@@ -434,32 +499,65 @@ def write_outputs(
     return counts
 
 
+def run_facts(writer: object, inputs: Sequence[str]) -> dict[str, object]:
+    """What run_summary records beside the round's settings: the inputs, the writer
+    (``delta-rs`` or ``delta-spark``) and the job's version."""
+    name = str(getattr(writer, "name", type(writer).__name__))
+    return {"inputs": list(inputs), "writer": name, "job_version": job_version()}
+
+
+def job_version() -> str:
+    """The installed package's version; a spark-submit zip is not installed: ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rmq-txn-reconcile")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def write_offset_fragments(offset_rows: list[dict], output_root: str) -> list[Path]:
-    """Per broker, consumerOffset.json (offset_after) and consumerOffset.json.safe
-    (offset_safe) in the broker's own format, ready for an operator."""
+    """Per broker, in the broker's own format: ``consumerOffset.safe.json`` (offset_safe),
+    ``consumerOffset.after.json`` (offset_after, unsafe to install by hand) and
+    ``consumerOffset.committed.json`` (offset_committed: what ``jobs.offsets install``
+    checks the target against)."""
     from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+    from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
     from schemas.messages import HALF_TOPIC
 
+    files = {"offset_after": FRAGMENT_AFTER, "offset_safe": FRAGMENT_SAFE}
+    files["offset_committed"] = FRAGMENT_COMMITTED
     by_broker: dict[str, dict[str, dict[str, dict[int, int]]]] = {}
     for row in offset_rows:
         key = HALF_KEY if row["topic"] == HALF_TOPIC else OP_KEY
-        tables = by_broker.setdefault(row["broker"], {"after": {}, "safe": {}})
-        tables["after"].setdefault(key, {})[row["queue_id"]] = row["offset_after"]
-        tables["safe"].setdefault(key, {})[row["queue_id"]] = row["offset_safe"]
+        tables = by_broker.setdefault(row["broker"], {column: {} for column in files})
+        for column in files:
+            if row[column] is not None:  # offset_committed is null when the key was missing
+                tables[column].setdefault(key, {})[row["queue_id"]] = row[column]
     written = []
     for broker, tables in sorted(by_broker.items()):
         folder = Path(output_root) / "offset_fragments" / broker
-        write_consumer_offsets(folder / "consumerOffset.json", tables["after"])
-        write_consumer_offsets(folder / "consumerOffset.json.safe", tables["safe"])
+        for column, name in files.items():
+            write_consumer_offsets(folder / name, tables[column])
         written.append(folder)
     return written
 
 
-def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_of_ms: int) -> str:
+def format_summary(
+    summary_rows: list[dict],
+    output_root: str,
+    run_id: str,
+    as_of_ms: int,
+    offset_rows: Sequence[dict] = (),
+) -> str:
+    from jobs.attention import attention_lines, settings_line
     from schemas.outputs import CLASSES
 
     when = datetime.fromtimestamp(as_of_ms / 1000).astimezone().isoformat(timespec="milliseconds")
-    lines = [f"run {run_id}  as of {as_of_ms} ({when})"]
+    lines = [f"run {run_id}  as of {as_of_ms} ({when})", settings_line(summary_rows)]
+    lines.append("needs attention first:")
+    lines += [f"  {line}" for line in attention_lines(summary_rows, offset_rows, output_root)]
+    lines.append("per queue:")
     for row in sorted(
         summary_rows,
         key=lambda r: (r["broker"], r["queue_id"] if r["queue_id"] is not None else -1),
@@ -479,7 +577,7 @@ def format_summary(summary_rows: list[dict], output_root: str, run_id: str, as_o
         f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>"
     )
     lines.append(
-        f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.json[.safe]"
+        f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.<safe|after|committed>.json"
     )
     return "\n".join(lines)
 
@@ -537,8 +635,10 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
             driver_memory=config.driver_memory,
             verbose=args.verbose,
         )
+    from jobs.session import probe_workers
     from transforms.round import shape_outputs
 
+    probe_workers(spark)
     if args.store:
         inputs = read_store_inputs(spark, args.store, config)
     else:
@@ -568,14 +668,19 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         )
     outputs = shape_outputs(state)
     _phase(spark, "write")
+    from connectors.delta import open_output
+
+    facts = run_facts(open_output(spark, args.output), inputs.identity)
     write_outputs(
-        spark, outputs, params.run_id, args.output, config.include_body, started, progress
+        spark, outputs, params.run_id, args.output, config.include_body, started, progress, facts
     )
     # One row per queue and topic.
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
     write_offset_fragments(offset_rows, args.output)
-    summary_rows = [row.asDict() for row in outputs.run_summary.collect()]  # one row per queue
-    print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms))
+    summary_rows = [
+        {**row.asDict(), **facts} for row in outputs.run_summary.collect()
+    ]  # one row per queue
+    print(format_summary(summary_rows, args.output, params.run_id, params.as_of_ms, offset_rows))
     if bad:
         print(bad_records_line(bad, args.output, params.run_id))
     state.unpersist()

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 
+from jobs.attention import attention_lines, settings_line
 from schemas.messages import HALF_TOPIC
 from schemas.outputs import (
     BAD_RECORDS_TABLE,
@@ -861,6 +863,32 @@ _SCRIPT = """
 """
 
 
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as plain dicts: missing values None, whole floats (pandas' NaN-able ints) int."""
+
+    def plain(value: object) -> object:
+        if isinstance(value, list | tuple | np.ndarray):
+            return list(value)
+        if value is None or pd.isna(value):
+            return None
+        if isinstance(value, float | np.floating) and float(value).is_integer():
+            return int(value)
+        return value.item() if isinstance(value, np.generic) else value
+
+    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def attention_section(run: RunTables) -> str:
+    """What needs attention first (the same lines as the job's printed summary)."""
+    summary = _records(run.run_summary)
+    lines = attention_lines(summary, _records(run.consume_offsets), run.output)
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return (
+        f'<ul id="attention" data-items="{len(lines)}">{items}</ul>'
+        f'<p class="note" id="settings">{esc(settings_line(summary))}</p>'
+    )
+
+
 def render_html(run: RunTables) -> str:
     """The whole page for one run."""
     summary = run.run_summary
@@ -925,6 +953,8 @@ def render_html(run: RunTables) -> str:
         f"written {esc(iso_ms(written))} in {esc(human_ms(duration))} · "
         f"brokers: {esc(', '.join(brokers))} · output <code>{esc(run.output)}</code></div>",
         f'<div class="cards">{card_html}</div>',
+        "<h2>Needs attention first</h2>",
+        attention_section(run),
     ]
     for title, figure, note in sections:
         body.append(f"<h2>{esc(title)}</h2>")

@@ -56,3 +56,65 @@ def build_session(
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+# What the Python workers must be able to import: the readers and transforms run there.
+WORKER_MODULES = ("pyarrow", "jobs.reconcile", "transforms.round", "connectors.rocketmq.reader")
+
+
+class WorkerEnvironmentError(RuntimeError):
+    """The Python workers cannot run the job (wrong Python, missing pyarrow or modules)."""
+
+
+def _worker_report_function():
+    """The probe task, defined locally so that it travels to the worker by value: it must
+    run even where this project's modules cannot be imported (that is what it checks)."""
+
+    def report(_: object, modules: tuple[str, ...] = WORKER_MODULES) -> tuple:
+        import importlib
+        import sys as worker_sys
+
+        problem = None
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # any failure to import is the answer
+                problem = f"cannot import {module} ({type(exc).__name__}: {exc})"
+                break
+        version = worker_sys.version_info
+        return version[0], version[1], worker_sys.executable, problem
+
+    return report
+
+
+def _first_line_about_python(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "PYTHON_VERSION_MISMATCH" in line or "different version" in line:
+            return line
+    return lines[0] if lines else "the probe task failed"
+
+
+def probe_workers(spark: SparkSession) -> None:
+    """One tiny task before the heavy work: the Python workers import pyarrow and the job's
+    modules with the driver's Python major.minor (workers on a cluster may run another
+    Python). Raises ``WorkerEnvironmentError`` with one clear line instead of a long worker
+    traceback in the middle of the read."""
+    driver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    hint = (
+        f"set PYSPARK_PYTHON to a Python {driver} with pyarrow and this project installed"
+        f" (the driver runs {sys.executable}) before the session starts"
+    )
+    try:
+        rows = spark.sparkContext.parallelize([0], 1).map(_worker_report_function()).collect()
+    except Exception as exc:
+        raise WorkerEnvironmentError(
+            f"the Python workers cannot run the job: {_first_line_about_python(str(exc))}; {hint}"
+        ) from None
+    major, minor, executable, problem = rows[0]
+    if f"{major}.{minor}" != driver:
+        problem = f"they run Python {major}.{minor}, the driver {driver}"
+    if problem is not None:
+        raise WorkerEnvironmentError(
+            f"the Python workers ({executable}) cannot run the job: {problem}; {hint}"
+        )

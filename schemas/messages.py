@@ -81,6 +81,9 @@ PROPERTY_COLUMNS: dict[str, str] = {
     PROP_CHECK_TIMES: "check_times_raw",
     PROP_IMMUNITY_SECONDS: "immunity_raw",
     PROP_PREPARED_QUEUE_OFFSET: "prepared_queue_offset_raw",
+    # Not used by the round itself: what the operator columns of the output tables show.
+    PROP_KEYS: "keys_raw",
+    PROP_TRANSACTION_ID: "transaction_id",
 }
 
 # What the store reader gives the job: the sourced message columns with the properties the
@@ -93,7 +96,6 @@ UNUSED_BY_ROUND = (
     "sys_flag",
     "body_crc",
     "flag",
-    "born_host",
     "reconsume_times",
     "prepared_transaction_offset",
     "magic_version",

@@ -13,8 +13,9 @@ RUN_COLUMNS = [
     T.StructField("as_of_ms", T.LongType(), nullable=False),
 ]
 
-# Columns shared by check_requests, discards and pending (spec section 6).
-HALF_ROW_FIELDS = [
+# Columns shared by check_requests, discards and pending (spec section 6): first the round's
+# own results (what the reference round in tests/ recomputes) ...
+ROUND_ROW_FIELDS = [
     T.StructField("broker", T.StringType()),
     T.StructField("queue_id", T.IntegerType()),
     T.StructField("half_offset", T.LongType()),
@@ -30,6 +31,23 @@ HALF_ROW_FIELDS = [
     T.StructField("check_times", T.IntegerType()),
     T.StructField("immunity_ms", T.LongType()),
 ]
+
+# ... then what an on-call engineer searches by and acts on (spec section 6, "operator
+# columns"). Timestamps are TimestampType (an instant, UTC in Delta), never
+# timestamp-without-zone: delta-rs and Delta both read and write it.
+OPERATOR_FIELDS = [
+    T.StructField("keys", T.ArrayType(T.StringType())),
+    T.StructField("tags", T.StringType()),
+    T.StructField("transaction_id", T.StringType()),
+    T.StructField("born_host", T.StringType()),
+    T.StructField("checks_left", T.IntegerType()),
+    T.StructField("discard_at_ms", T.LongType()),
+    T.StructField("born_at", T.TimestampType()),
+    T.StructField("stored_at", T.TimestampType()),
+    T.StructField("as_of", T.TimestampType()),
+]
+
+HALF_ROW_FIELDS = ROUND_ROW_FIELDS + OPERATOR_FIELDS
 
 # Only present when the run is asked for bodies (--include-body): bodies can hold personal data.
 BODY_FIELD = T.StructField("body", T.BinaryType())
@@ -82,7 +100,19 @@ RUN_SUMMARY = T.StructType(
     + [T.StructField(name, T.LongType()) for name in CLASSES]
     + [
         T.StructField("bad_records", T.LongType()),
+        # What needs attention first (spec section 6).
+        T.StructField("discard_next_round", T.LongType()),
+        T.StructField("past_last_check", T.LongType()),
         T.StructField("warnings", T.ArrayType(T.StringType())),
+        # The effective settings of the run; inputs, writer and job_version are filled
+        # by the writer (null in a notebook's frames), like the two run-time columns.
+        T.StructField("check_max", T.IntegerType()),
+        T.StructField("transaction_timeout_ms", T.LongType()),
+        T.StructField("file_reserved_hours", T.IntegerType()),
+        T.StructField("check_interval_ms", T.LongType()),
+        T.StructField("inputs", T.ArrayType(T.StringType())),
+        T.StructField("writer", T.StringType()),
+        T.StructField("job_version", T.StringType()),
         T.StructField("written_at_ms", T.LongType()),
         T.StructField("duration_ms", T.LongType()),
     ]

@@ -31,6 +31,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas.messages import (
@@ -38,10 +39,12 @@ from schemas.messages import (
     OP_TOPIC,
     PROP_CHECK_TIMES,
     PROP_IMMUNITY_SECONDS,
+    PROP_KEYS,
     PROP_PREPARED_QUEUE_OFFSET,
     PROP_PRODUCER_GROUP,
     PROP_REAL_QUEUE_ID,
     PROP_REAL_TOPIC,
+    PROP_TRANSACTION_ID,
     PROP_UNIQ_KEY,
     REMOVE_TAG,
     TRANS_GROUP,
@@ -370,9 +373,68 @@ def half_row(half: Half, params: RoundParams, check_times: int | None) -> dict[s
         "age_ms": half.age_ms,
         "check_times": check_times,
         "immunity_ms": half.immunity_ms,
+        "keys": [key for key in (properties.get(PROP_KEYS) or "").split(" ") if key],
+        "tags": record["tags"],
+        "transaction_id": properties.get(PROP_TRANSACTION_ID),
+        "born_host": record["born_host"],
+        "born_at": instant(record["born_timestamp_ms"]),
+        "stored_at": instant(record["store_timestamp_ms"]),
+        "as_of": instant(params.as_of_ms),
         "run_id": params.run_id,
         "as_of_ms": params.as_of_ms,
     }
+
+
+_MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # years 1 to 9999
+
+
+def instant(ms: int) -> datetime | None:
+    """An epoch-ms time as an aware UTC datetime; None outside what a timestamp holds."""
+    if not _MIN_MS <= ms <= _MAX_MS:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def forecast(
+    rows: list[dict[str, Any]], stopped: bool, params: RoundParams
+) -> dict[int, tuple[int, int | None]]:
+    """Per half offset of one queue's unresolved rows: (checks_left, discard_at_ms), the
+    broker's next rounds played out with nobody answering."""
+    T, interval = params.as_of_ms, params.check_interval_ms
+    # When the walk did not stop, the broker's loop goes on into this round's copies in
+    # the order it appended them: it discards each copy at the maximum, and the first
+    # copy below it is fresh and ends the loop.
+    reached: set[int] = set()
+    if not stopped:
+        for row in sorted(rows, key=lambda r: r["half_offset"]):
+            if row["status"] not in (CHECK, IMMUNE):
+                continue
+            if row["check_times"] < params.check_max:
+                break
+            reached.add(row["half_offset"])
+    result = {}
+    for row in rows:
+        offset, counter = row["half_offset"], row["check_times"]
+        if row["status"] in (DISCARD_CHECK_MAX, DISCARD_EXPIRED):
+            result[offset] = (0, T)
+            continue
+        left = max(0, params.check_max - (counter or 0))
+        left = left if left <= INT32_MAX else None  # a garbage counter: more than an int
+        if offset in reached:
+            result[offset] = (left, T)
+            continue
+        # Round k (at T + k x interval) compares counter + k - 1 with the maximum; a
+        # record without a counter gets 1 in round 1 without a comparison.
+        if counter is None:
+            by_count = max(2, params.check_max + 1)
+        else:
+            by_count = max(1, params.check_max - counter + 1)
+        # Round k discards for age when T + k x interval - born > retention.
+        room = row["born_timestamp_ms"] + params.reserved_ms - T
+        by_age = max(1, room // interval + 1)
+        at = T + min(by_count, by_age) * interval
+        result[offset] = (left, at if INT64_MIN <= at <= INT64_MAX else None)
+    return result
 
 
 # ---------------------------------------------------------------------------------------
@@ -514,6 +576,13 @@ def _queue_round(
             unresolved_before_h1.append(offset)
         if status == TOO_YOUNG:
             stopped_at = offset
+
+    queue_rows = [r for r in result.pending if (r["broker"], r["queue_id"]) == (broker, queue_id)]
+    forecasts = forecast(queue_rows, stopped_at is not None, params)
+    for table in (result.pending, result.check_requests, result.discards):
+        for row in table:
+            if (row["broker"], row["queue_id"]) == (broker, queue_id):
+                row["checks_left"], row["discard_at_ms"] = forecasts[row["half_offset"]]
 
     h1 = stopped_at if stopped_at is not None else max(h0, half_end)
     h_safe = min([h1, *unresolved_before_h1])

@@ -20,6 +20,8 @@ class RoundParams:
         include_body: keep message bodies in check_requests/discards/pending.
         broker_version: "5" (5.1+) or "4.9": a 4.9 broker never marks an op record of
             another tag than ``d`` done, so its op offset stops there (p1; not p_safe).
+        check_interval_ms: [transactionCheckInterval] the broker's round period; only
+            forecasts (``discard_at_ms``) use it.
     """
 
     as_of_ms: int
@@ -29,6 +31,7 @@ class RoundParams:
     file_reserved_hours: int = 72
     include_body: bool = False
     broker_version: str = "5"
+    check_interval_ms: int = 30000
 
     @property
     def reserved_ms(self) -> int:

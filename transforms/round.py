@@ -49,6 +49,14 @@ from transforms.messages import (
     with_half_fields,
 )
 from transforms.offsets import queue_bounds, queue_domain, queue_starts, start_offsets
+from transforms.operator_fields import (
+    attention_counts,
+    checks_left,
+    discard_at_ms,
+    message_keys,
+    utc_timestamp,
+    with_queue_round_facts,
+)
 from transforms.ops import (
     OP_OFFSET,
     explode_op_items,
@@ -328,6 +336,14 @@ def classify_round(
             if name != RESOLVED
         ],
         F.min(F.when(before_h1, F.col("queue_offset"))).alias("first_unresolved"),
+        # For the discard forecast: the first put-back whose copy the broker does not
+        # discard on sight (its fresh copy ends the broker's loop).
+        F.min(
+            F.when(
+                F.col("status").isin(CHECK, IMMUNE) & (F.col("counter_after") < params.check_max),
+                F.col("queue_offset"),
+            )
+        ).alias("first_live_copy"),
     )
     with_safe = localize(
         with_h1.join(per_status, QUEUE_KEY, how="left").withColumn(
@@ -404,6 +420,8 @@ def classify_round(
             F.coalesce(F.col("offset_warnings"), F.array().cast("array<string>")),
             F.coalesce(F.col("queue_notes"), F.array().cast("array<string>")),
         ).alias("warnings"),
+        F.col("stop_offset").alias("stopped_at"),
+        "first_live_copy",
     )
     return RoundState(
         pending=pending,
@@ -431,6 +449,15 @@ def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> 
         "age_ms": F.col("age_ms"),
         "check_times": F.col("counter_after"),
         "immunity_ms": F.col("immunity_ms"),
+        "keys": message_keys(F.col("keys_raw")),
+        "tags": F.col("tags"),
+        "transaction_id": F.col("transaction_id"),
+        "born_host": F.col("born_host"),
+        "checks_left": checks_left(params),
+        "discard_at_ms": discard_at_ms(params),
+        "born_at": utc_timestamp(F.col("born_timestamp_ms")),
+        "stored_at": utc_timestamp(F.col("store_timestamp_ms")),
+        "as_of": utc_timestamp(F.lit(params.as_of_ms).cast(T.LongType())),
         "body": F.col("body"),
     }
     columns = [values[field.name].cast(field.dataType).alias(field.name) for field in schema.fields]
@@ -477,11 +504,25 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
     ).select(*[F.col(f.name).cast(f.dataType) for f in CONSUME_OFFSETS.fields])
 
 
+# run_summary columns only the writer knows (null in the frames a notebook gets).
+WRITER_FILLED = ("inputs", "writer", "job_version", "written_at_ms", "duration_ms")
+
+
+def _settings_columns(params: RoundParams) -> list[Column]:
+    """The round's effective settings, recorded in run_summary."""
+    return [
+        F.lit(params.check_max).alias("check_max"),
+        F.lit(params.transaction_timeout_ms).alias("transaction_timeout_ms"),
+        F.lit(params.file_reserved_hours).alias("file_reserved_hours"),
+        F.lit(params.check_interval_ms).alias("check_interval_ms"),
+    ]
+
+
 def shape_outputs(state: RoundState) -> RoundOutputs:
     """The six output tables (spec section 6) from a classified round."""
     params = state.params
     run = _run_columns(params)
-    pending = state.pending
+    pending = with_queue_round_facts(state.pending, state.queues)
     discard_reason = F.when(F.col("status") == DISCARD_CHECK_MAX, REASON_CHECK_MAX).otherwise(
         REASON_EXPIRED
     )
@@ -492,21 +533,30 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
         [discard_reason.alias("reason"), *run],
     )
     pending_rows = _half_rows(pending, params, [F.col("status"), *run])
-    summary = state.queues.select(
-        *QUEUE_KEY,
-        "h0",
-        "h1",
-        "h_safe",
-        "p0",
-        "p1",
-        "p_safe",
-        *CLASSES,
-        "bad_records",
-        "warnings",
-        F.lit(None).cast("long").alias("written_at_ms"),
-        F.lit(None).cast("long").alias("duration_ms"),
-        *run,
-    ).select(*[F.col(f.name).cast(f.dataType) for f in RUN_SUMMARY.fields])
+    attention = attention_counts(pending, params)
+    summary = (
+        state.queues.join(attention, QUEUE_KEY, how="left")
+        .select(
+            *QUEUE_KEY,
+            "h0",
+            "h1",
+            "h_safe",
+            "p0",
+            "p1",
+            "p_safe",
+            *CLASSES,
+            "bad_records",
+            *[
+                F.coalesce(F.col(name), F.lit(0)).alias(name)
+                for name in ("discard_next_round", "past_last_check")
+            ],
+            "warnings",
+            *_settings_columns(params),
+            *[F.lit(None).alias(name) for name in WRITER_FILLED],
+            *run,
+        )
+        .select(*[F.col(f.name).cast(f.dataType) for f in RUN_SUMMARY.fields])
+    )
     bad_records = state.bad_records.select(*BAD_RECORD.fieldNames(), *run)
     return RoundOutputs(
         check_requests=check_requests,

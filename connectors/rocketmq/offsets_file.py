@@ -207,3 +207,157 @@ def write_consumer_offsets(
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# --- merging a fragment into the broker's full file ---------------------------------------------
+#
+# The broker's file holds every consumer group's offsets, a dataVersion and, depending on
+# the version, more keys. Installing the job's offsets must change exactly the two
+# transaction keys and leave every other byte as the broker wrote it, so the merge edits
+# the text in place instead of re-serialising a parsed document.
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _value_end(text: str, i: int, source: str) -> int:
+    """End of the JSON/fastjson value starting at ``i``."""
+    if i >= len(text):
+        raise InputError(f"{source}: unexpected end of the offsets file")
+    if text[i] == '"':
+        literal = _STRING_LITERAL.match(text, i)
+        if literal is None:
+            raise InputError(f"{source}: unterminated string in the offsets file")
+        return literal.end()
+    if text[i] in "{[":
+        depth, j = 0, i
+        while j < len(text):
+            if text[j] == '"':
+                literal = _STRING_LITERAL.match(text, j)
+                if literal is None:
+                    raise InputError(f"{source}: unterminated string in the offsets file")
+                j = literal.end()
+                continue
+            if text[j] in "{[":
+                depth += 1
+            elif text[j] in "}]":
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        raise InputError(f"{source}: unbalanced braces in the offsets file")
+    j = i
+    while j < len(text) and text[j] not in ",}] \t\r\n":
+        j += 1
+    return j
+
+
+@dataclass(frozen=True)
+class _Member:
+    key: str  # decoded: "offsetTable", "TOPIC@GROUP", "0"
+    key_start: int
+    key_end: int
+    value_start: int
+    value_end: int
+
+
+def _members(text: str, open_index: int, source: str) -> list[_Member]:
+    """The members of the object whose ``{`` is at ``open_index``, in file order."""
+    members: list[_Member] = []
+    i = _skip_space(text, open_index + 1)
+    while i < len(text) and text[i] != "}":
+        if text[i] == '"':
+            key_end = _value_end(text, i, source)
+        else:  # fastjson's bare integer key
+            key_end = i
+            while key_end < len(text) and text[key_end] not in ": \t\r\n,}":
+                key_end += 1
+        raw = text[i:key_end]
+        key = json.loads(raw) if raw.startswith('"') else raw
+        colon = _skip_space(text, key_end)
+        if colon >= len(text) or text[colon] != ":":
+            raise InputError(f"{source}: expected ':' after key {raw} in the offsets file")
+        value_start = _skip_space(text, colon + 1)
+        value_end = _value_end(text, value_start, source)
+        members.append(_Member(str(key), i, key_end, value_start, value_end))
+        i = _skip_space(text, value_end)
+        if i < len(text) and text[i] == ",":
+            i = _skip_space(text, i + 1)
+    return members
+
+
+def _queue_edits(
+    text: str, member: _Member, offsets: Mapping[int, int], source: str
+) -> list[tuple[int, int, str]]:
+    """Edits that set ``offsets`` in one topic@group object, in the object's own style."""
+    entries = _members(text, member.value_start, source)
+    by_queue = {int(entry.key): entry for entry in entries}
+    edits = [
+        (by_queue[q].value_start, by_queue[q].value_end, str(int(offset)))
+        for q, offset in offsets.items()
+        if q in by_queue
+    ]
+    added = [(q, offset) for q, offset in sorted(offsets.items()) if q not in by_queue]
+    if not added:
+        return edits
+    quoted = bool(entries) and text[entries[0].key_start] == '"'
+
+    def entry(q: int, offset: int) -> str:
+        return f'"{q}":{int(offset)}' if quoted else f"{q}:{int(offset)}"
+
+    if not entries:  # "{}" (or "{ }"): write the broker's compact form
+        body = ",".join(entry(q, o) for q, o in added)
+        return [*edits, (member.value_start, member.value_end, "{" + body + "}")]
+    if len(entries) > 1:
+        separator = text[entries[-2].value_end : entries[-1].key_start]
+    else:
+        separator = "," + text[member.value_start + 1 : entries[0].key_start]
+    tail = "".join(separator + entry(q, o) for q, o in added)
+    return [*edits, (entries[-1].value_end, entries[-1].value_end, tail)]
+
+
+def merge_offsets_text(text: str, fragment: Mapping[str, Mapping[int, int]], source: str) -> str:
+    """``text`` (a full consumerOffset.json) with the queues of ``fragment`` set; every other
+    byte unchanged (other groups, ``dataVersion``, unknown keys, formatting).
+
+    Raises:
+        InputError: ``text`` is not an offsets file, or the result does not read back as
+            exactly the old offsets with ``fragment`` applied.
+    """
+    before = parse_consumer_offsets(text, source)
+    start = _skip_space(text, 0)
+    top = (
+        {m.key: m for m in _members(text, start, source)} if text[start : start + 1] == "{" else {}
+    )
+    table_member = top.get("offsetTable")
+    if table_member is None or text[table_member.value_start] != "{":
+        raise InputError(f"{source}: no 'offsetTable' object in the offsets file")
+    groups = _members(text, table_member.value_start, source)
+    by_key = {group.key: group for group in groups}
+    edits: list[tuple[int, int, str]] = []
+    new_members = []
+    for key, offsets in fragment.items():
+        if key in by_key:
+            edits += _queue_edits(text, by_key[key], offsets, source)
+        else:
+            body = ",".join(f"{q}:{int(o)}" for q, o in sorted(offsets.items()))
+            new_members.append(f"{json.dumps(key)}:{{{body}}}")
+    if new_members and groups:  # before the first group, with its indentation
+        space = text[table_member.value_start + 1 : groups[0].key_start]
+        added = "".join(member + "," + space for member in new_members)
+        edits.append((groups[0].key_start, groups[0].key_start, added))
+    elif new_members:
+        span = (table_member.value_start, table_member.value_end)
+        edits.append((*span, "{" + ",".join(new_members) + "}"))
+    merged = text
+    for begin, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        merged = merged[:begin] + replacement + merged[end:]
+    expected = {key: dict(queues) for key, queues in before.items()}
+    for key, offsets in fragment.items():
+        expected.setdefault(key, {}).update(offsets)
+    if parse_consumer_offsets(merged, source) != expected:  # never write a file we cannot trust
+        raise InputError(f"{source}: merging the fragment did not give the expected offsets")
+    return merged

@@ -117,8 +117,16 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
     assert offsets[("RMQ_SYS_TRANS_HALF_TOPIC", "run-1")] == (0, 3, 2)
     assert offsets[("RMQ_SYS_TRANS_OP_HALF_TOPIC", "run-1")] == (0, 2, 2)
     assert len(offsets) == 4
-    fragment = (output / "offset_fragments" / "b" / "consumerOffset.json").read_text()
+    fragments = output / "offset_fragments" / "b"
+    assert sorted(p.name for p in fragments.iterdir()) == [
+        "consumerOffset.after.json",
+        "consumerOffset.committed.json",
+        "consumerOffset.safe.json",
+    ]
+    fragment = (fragments / "consumerOffset.safe.json").read_text()
     assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in fragment and "0:3" in fragment
+    committed = (fragments / "consumerOffset.committed.json").read_text()
+    assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in committed and "0:0" in committed
     assert "discard_check_max=1" in capsys.readouterr().out
 
 

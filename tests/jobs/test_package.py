@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from jobs.package import build, command
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import read_table
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Path) -> None:
-    archive, entry = build(tmp_path / "dist")
+
+def test_the_printed_command_runs_as_is_from_a_fresh_shell_and_stays_quiet(
+    tmp_path: Path,
+) -> None:
+    dist = tmp_path / "dist"
+    printed = subprocess.run(
+        [sys.executable, "-m", "jobs.package", str(dist)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    archive = dist / "rmq_txn_reconcile.zip"
     names = set(zipfile.ZipFile(archive).namelist())
     assert {
         "jobs/reconcile.py",
@@ -24,26 +38,32 @@ def test_packaged_job_runs_under_spark_submit_outside_the_checkout(tmp_path: Pat
         "connectors/rocketmq/reader.py",
         "conf/default.toml",
     } <= names
+    line = next(line for line in printed.splitlines() if "spark-submit" in line)
+    job_args = " --store [NAME=]DIR --output OUT --as-of latest"
+    assert line.endswith(job_args)
 
     half, op, offsets = write_parquet_segments(tmp_path / "in")
     output = tmp_path / "out"
-    spark_submit = Path(sys.executable).with_name("spark-submit")
-    argv = command(archive, entry, master="local[1]")
-    argv[0] = str(spark_submit)
-    argv += [
-        *segment_argv(half, op, output, offsets),
-        "--as-of",
-        str(AS_OF),
-        "--run-id",
-        "submitted",
-    ]
+    args = [*segment_argv(half, op, output, offsets), "--as-of", str(AS_OF), "--run-id", "sub"]
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    result = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    # A fresh shell: no venv activated, no PYSPARK_* variables, a minimal PATH.
+    fresh = {"HOME": os.environ.get("HOME", "/"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    shell_line = line.removesuffix(job_args) + " " + shlex.join(args)
+    result = subprocess.run(
+        ["bash", "-c", shell_line],
+        cwd=workdir,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
     assert result.returncode == 0, result.stderr[-2000:]
     assert "discard_check_max=1" in result.stdout
+    # The job's quiet logging applies under spark-submit: no Spark INFO/WARN log lines.
+    noisy = [line for line in result.stderr.splitlines() if re.search(r" (INFO|WARN) ", line)]
+    assert noisy == []
     pending = sorted(
         (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
     )

@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
-from pyspark.sql.pandas.types import to_arrow_schema
 
+from connectors.arrow import to_arrow_schema
 from jobs import report
 from schemas.outputs import (
     BAD_RECORDS,
@@ -162,6 +162,8 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
             "broker": broker, "queue_id": 0, "h0": h0, "h1": h1, "h_safe": h_safe,
             "p0": p0, "p1": p1, "p_safe": p_safe, **{k: int(v) for k, v in counts.items()},
             "bad_records": 2 if broker == "broker-b" else 0,
+            "discard_next_round": 3 if broker == "broker-a" else 0, "past_last_check": 1,
+            "check_max": 15, "check_interval_ms": 30_000, "writer": "delta-rs",
             "warnings": ["committed half offset 90 below the smallest available 100: started at 100"]
             if broker == "broker-a" else [],
             "written_at_ms": written_at, "duration_ms": 41_250, "run_id": run_id, "as_of_ms": as_of,
@@ -213,6 +215,28 @@ def test_default_run_is_the_newest_and_the_path_is_printed(output, tmp_path, cap
         f'id="plot-pending-status-age" data-plot="pending-status-age" data-rows="{counts["pending"]}"'
         in text
     )
+
+
+def test_the_page_says_what_needs_attention_first(output, tmp_path) -> None:
+    out, _ = output
+    page = tmp_path / "report.html"
+    assert report.main(["--output", str(out), "--html", str(page)]) == 0
+    text = page.read_text()
+    section = text[
+        text.index('<ul id="attention"') : text.index("</ul>", text.index('id="attention"'))
+    ]
+
+    assert "3 pending transaction(s) are discarded by the next round" in section
+    assert "broker-a queue 0: 3" in section
+    assert "2 check request(s) are the last before a discard" in section
+    assert "discarded this round" in section
+    # Both brokers committed 90 on the half queue; their safe offsets differ from it.
+    assert (
+        "offsets to install into stopped broker broker-a: RMQ_SYS_TRANS_HALF_TOPIC queue 0 90 -&gt;"
+        in section
+    )
+    assert "python -m jobs.offsets install" in section
+    assert "check_max=15" in text and "writer=delta-rs" in text
 
 
 def test_run_id_selects_an_older_run_and_default_path_is_under_output(output) -> None:

@@ -9,10 +9,12 @@ six are unioned, so one query runs, and Spark can reuse the shared shuffles
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from transforms.round import RoundOutputs
 
@@ -37,6 +39,14 @@ def collect_outputs(out: RoundOutputs) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+def _from_json(value: Any, data_type: T.DataType) -> Any:
+    """JSON gives timestamps as ISO-8601 text with their offset: back to aware datetimes
+    (Spark stores an aware datetime as its instant, whatever the local time zone)."""
+    if value is not None and isinstance(data_type, T.TimestampType):
+        return datetime.fromisoformat(value).astimezone(UTC)
+    return value
+
+
 def local_outputs(spark: SparkSession, out: RoundOutputs) -> dict[str, DataFrame]:
     """The outputs, computed once, as small local DataFrames with the outputs' own schemas
     (binary columns, absent unless bodies are asked for, are not supported)."""
@@ -44,6 +54,9 @@ def local_outputs(spark: SparkSession, out: RoundOutputs) -> dict[str, DataFrame
     local = {}
     for table in TABLES:
         schema = getattr(out, table).schema
-        rows = [tuple(row[name] for name in schema.fieldNames()) for row in collected[table]]
+        rows = [
+            tuple(_from_json(row[f.name], f.dataType) for f in schema.fields)
+            for row in collected[table]
+        ]
         local[table] = spark.createDataFrame(rows, schema)
     return local

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -32,7 +33,11 @@ from transforms.round import reconcile
 
 DEFAULTS = params()
 TIGHT = params(
-    run_id="tight-run", check_max=3, transaction_timeout_ms=10_000, file_reserved_hours=1
+    run_id="tight-run",
+    check_max=3,
+    transaction_timeout_ms=10_000,
+    file_reserved_hours=1,
+    check_interval_ms=20_000,
 )
 
 HALF_COLUMNS = tuple(f.name for f in HALF_ROW_FIELDS)
@@ -66,7 +71,18 @@ BAD_COLUMNS = ("source", "position", "topic", "queue_id", "queue_offset", "kind"
 Tables = dict[str, dict[str, Counter]]  # table -> broker -> multiset of row tuples
 
 
+def _comparable(value: Any) -> Any:
+    """Lists (keys) as tuples; timestamps as epoch ms (Spark hands back naive local
+    datetimes, the reference aware UTC ones: the same instants)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, datetime):
+        return round(value.timestamp() * 1000)
+    return value
+
+
 def _rows(tables: Tables, table: str, broker: str, row: tuple) -> None:
+    row = tuple(_comparable(value) for value in row)
     tables.setdefault(table, {}).setdefault(broker, Counter())[row] += 1
 
 

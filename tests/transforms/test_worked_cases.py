@@ -14,6 +14,8 @@ would make this module take many minutes.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from chispa import assert_df_equality
 from chispa.schema_comparer import assert_schema_equality
@@ -33,6 +35,7 @@ from schemas.outputs import (
 )
 from tests.reference import KIND_DUPLICATE, KIND_OP_BODY, PROPERTY_KINDS, offset_msg_id
 from tests.transforms.builders import (
+    BORN_HOST,
     RUN_ID,
     STORE_HOST,
     T,
@@ -351,6 +354,10 @@ def test_outputs_have_the_schemas_of_the_output_tables(worked: Outputs) -> None:
         assert_schema_equality(worked[table].schema, expected, ignore_nullable=True)
 
 
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)  # aware: the same instant in any local zone
+
+
 def test_a_check_request_row_carries_the_half_record_fields(
     spark: SparkSession, worked: Outputs
 ) -> None:
@@ -374,6 +381,15 @@ def test_a_check_request_row_carries_the_half_record_fields(
                     60 * S,
                     3,
                     10 * S,
+                    [],  # no KEYS
+                    None,  # no TAGS
+                    None,  # no __transactionId__
+                    BORN_HOST,
+                    12,  # 15 - 3
+                    T + 13 * 30 * S,  # counter 3: checked in 12 more rounds, then discarded
+                    _utc(born),
+                    _utc(born + 1),
+                    _utc(T),
                     RUN_ID,
                     T,
                 )
