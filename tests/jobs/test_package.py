@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from jobs.package import build
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import read_table
 
