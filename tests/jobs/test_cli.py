@@ -124,7 +124,7 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
         "consumerOffset.safe.json",
     ]
     fragment = (fragments / "consumerOffset.safe.json").read_text()
-    assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in fragment and "0:3" in fragment
+    assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in fragment and "0:2" in fragment
     committed = (fragments / "consumerOffset.committed.json").read_text()
     assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in committed and "0:0" in committed
     assert "discard_check_max=1" in capsys.readouterr().out
