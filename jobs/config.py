@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from connectors.errors import InputError
 
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 _INT32_MAX = 2**31 - 1
 
@@ -26,6 +28,8 @@ class JobConfig:
     master: str = "local[2]"
     shuffle_partitions: int = 8
     driver_memory: str = "4g"
+    writer: str = "auto"
+    catalog_schema: str = ""  # empty: tables are not registered in a catalog
 
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
@@ -38,6 +42,14 @@ class JobConfig:
         ):
             if getattr(self, name) < 0:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
+        from connectors.delta import WRITERS
+
+        if self.writer not in WRITERS:
+            raise InputError(f"writer must be one of {', '.join(WRITERS)}: {self.writer}")
+        if self.catalog_schema and not _SCHEMA_NAME.fullmatch(self.catalog_schema):
+            raise InputError(
+                f"catalog schema must be NAME or CATALOG.NAME (letters, digits, _): {self.catalog_schema}"
+            )
         return self
 
 
