@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout
+.PHONY: help run test test-delta test-notebook test-airflow report lint format clean package venv bench bench-scaleout
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ run: $(STAMP) $(SAMPLE_STORE)/commitlog ## Simulate a sample broker store (once)
 
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest
+
+test-delta: $(STAMP) ## delta-spark tests in a session with Delta's jars (first run fetches them into ~/.cache/rmq-txn-reconcile/ivy)
+	$(BIN)/python -m pytest -m delta tests/delta
 
 test-notebook: $(STAMP) ## Execute examples/audit.ipynb top to bottom
 	$(BIN)/python -m pytest -m notebook tests/report/test_notebook.py

@@ -32,8 +32,25 @@ def build(dist: Path) -> tuple[Path, Path]:
     return archive, entry
 
 
-def command(archive: Path, entry: Path, master: str = "local[2]") -> list[str]:
-    return ["spark-submit", "--master", master, "--py-files", str(archive), str(entry)]
+def command(archive: Path, entry: Path, master: str = "local[2]", delta: bool = False) -> list[str]:
+    """The spark-submit command line; ``delta`` adds Delta's jars and extension, the
+    coordinate derived from the installed pyspark and delta-spark."""
+    argv = ["spark-submit", "--master", master]
+    if delta:
+        from connectors.delta import DELTA_CATALOG, DELTA_EXTENSION, delta_spark_coordinate
+
+        argv += ["--packages", delta_spark_coordinate()]
+        argv += ["--conf", f"spark.sql.extensions={DELTA_EXTENSION}"]
+        argv += ["--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}"]
+    return [*argv, "--py-files", str(archive), str(entry)]
+
+
+def relative(path: Path) -> Path:
+    """``path`` relative to the working directory when it is below it (shorter commands)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     dist = Path(args[0] if args else "dist").resolve()
     archive, entry = build(dist)
     print(f"built {archive} and {entry}")
+    archive, entry = relative(archive), relative(entry)
+    job = " --store [NAME=]DIR --output OUT --as-of latest"
     print("run it with (add the job's arguments; on a cluster use --master yarn or k8s://...):")
-    print(" ".join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
+    print(" ".join(command(archive, entry)) + job)
+    print("with Delta's own writer (delta-spark; Spark fetches the jars once into its Ivy cache):")
+    print(" ".join(command(archive, entry, delta=True)) + job + " --writer delta-spark")
     return 0
 
 
