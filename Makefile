@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-delta test-notebook test-airflow report lint format clean package venv bench bench-scaleout
+.PHONY: bench-writers help run test test-delta test-notebook test-airflow report lint format clean package venv bench bench-scaleout
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP) ## Benchmark 1M/4M/16M x3 + scale-out into docs/benchmarks.md (long; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)
+	$(BIN)/python -m bench.writers $(BENCH_ARGS)
 
 bench-scaleout: $(BENCH_STAMP) ## Only the local[1] vs local[2] check on the 1M stores, into docs/benchmarks.md
 	$(BIN)/python -m bench.scaleout
