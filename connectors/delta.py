@@ -443,7 +443,7 @@ class DeltaSparkOutput:
         location = self.table_location(CONSUME_OFFSETS_TABLE)
         same_key = [F.col(f"t.{key}") == F.col(f"s.{key}") for key in OFFSETS_MERGE_KEYS]
         condition = functools.reduce(operator.and_, same_key)
-        source = frame.select(*schema.fieldNames()).alias("s")
+        source = conform(frame, schema).alias("s")
         token = _commit_token(str(uuid.uuid4()))
 
         def merge() -> None:
@@ -470,6 +470,12 @@ class DeltaSparkOutput:
         if commit is None or metric not in (commit["operationMetrics"] or {}):
             raise RuntimeError(f"{location}: no '{metric}' in the metrics of this run's commit")
         return int(commit["operationMetrics"][metric])
+
+
+def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    """``frame`` with exactly the table's columns and types: Delta enforces the table schema
+    (a literal such as ``F.lit(duration)`` is an int, the column a long)."""
+    return frame.select(*[F.col(field.name).cast(field.dataType) for field in schema.fields])
 
 
 HISTORY_SCAN = 50  # commits searched for this writer's own (concurrent runs may add some)

@@ -63,6 +63,12 @@ def build_session(
 
         for key, value in delta_session_conf().items():
             builder = builder.config(key, value)
+        if master and master.startswith("local"):
+            # Delta rebuilds a table's state from its log in 50 partitions by default: on a
+            # few local cores that is most of each commit's time for tables of this size.
+            builder = builder.config(
+                "spark.databricks.delta.snapshotPartitions", str(shuffle_partitions or 4)
+            )
         return _start(builder, verbose)
     session = builder.getOrCreate()
     if not verbose:

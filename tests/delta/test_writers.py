@@ -108,6 +108,7 @@ def test_a_root_created_by_one_writer_is_written_by_the_other(
             )
             assert by_deltalake.count_rows() == expected, (table, version)
         assert _duckdb_count(path) == 2 * sum(reference[table].values()), table
+        assert DeltaTable(path).metadata().configuration == TABLE_PROPERTIES, table
         registered = spark.sql(f"SELECT count(*) AS n FROM {schema_name}.{table}").first()["n"]
         assert registered == 2 * sum(reference[table].values()), table
 
