@@ -36,11 +36,16 @@ def _submit(tmp_path: Path, delta: bool, *extra: str) -> tuple[subprocess.Comple
     return result, output
 
 
+def _job_lines(result: subprocess.CompletedProcess) -> str:
+    """The job's own lines: spark-submit runs Python with its stderr merged into stdout."""
+    return "\n".join(line for line in result.stdout.splitlines() if not line.startswith("\t"))
+
+
 def test_packaged_job_writes_through_delta_spark_under_spark_submit(tmp_path: Path) -> None:
     result, output = _submit(tmp_path, True, "--run-id", "submitted", "--writer", "delta-spark")
 
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "writing through DeltaSparkOutput" in result.stderr
+    assert result.returncode == 0, _job_lines(result)[-3000:]
+    assert "writing through DeltaSparkOutput" in result.stdout
     pending = sorted(
         (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
     )
@@ -55,12 +60,12 @@ def test_delta_spark_without_delta_jars_under_spark_submit_is_one_line_exit_2(
 ) -> None:
     result, output = _submit(tmp_path, False, "--writer", "delta-spark")
 
-    assert result.returncode == 2, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2, _job_lines(result)[-3000:]
+    last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("error: --writer delta-spark: this Spark session cannot load Delta"), (
         last
     )
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stdout
     assert not (output / "pending").exists()
 
 
