@@ -426,7 +426,7 @@ class DeltaSparkOutput:
         with commit_lock(self.root), _session_conf(self.spark, ALWAYS_COMMIT):
             _retry_spark(
                 lambda: (
-                    frame.select(*schema.fieldNames())
+                    conform(frame, schema)
                     .write.format("delta")
                     .mode("overwrite")
                     .option("replaceWhere", f"{PARTITION_COLUMN} = '{quoted}'")
