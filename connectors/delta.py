@@ -467,9 +467,12 @@ class DeltaSparkOutput:
 
         history = SparkDeltaTable.forPath(self.spark, location).history(HISTORY_SCAN)
         commit = history.where(F.col("userMetadata") == token).select("operationMetrics").first()
-        if commit is None or metric not in (commit["operationMetrics"] or {}):
-            raise RuntimeError(f"{location}: no '{metric}' in the metrics of this run's commit")
-        return int(commit["operationMetrics"][metric])
+        metrics = (commit["operationMetrics"] or {}) if commit is not None else None
+        if metrics is not None and metric in metrics:
+            return int(metrics[metric])
+        if metrics is not None and metrics.get("numFiles") == "0":
+            return 0  # Delta records no row count for a write that added no file
+        raise RuntimeError(f"{location}: no '{metric}' in the metrics of this run's commit")
 
 
 def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:

@@ -136,4 +136,4 @@ def _duckdb_count(path: str) -> int:
     dataset = DeltaTable(path).to_pyarrow_dataset(filesystem=filesystem)
     connection = duckdb.connect()
     connection.register("delta_table", dataset)
-    return connection.sql("SELECT count(*) FROM delta_table").fetchone()[0]
+    return connection.sql("SELECT count(*) FROM delta_table").fetchall()[0][0]
