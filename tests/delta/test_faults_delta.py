@@ -24,7 +24,7 @@ def test_fault_after_each_table_then_rerun_with_delta_spark(
     test_faults.test_fault_after_each_table_then_rerun_leaves_one_copy(
         spark, store, tmp_path, monkeypatch, capsys
     )
-    for table in TABLES:  # every commit after the creation went through Spark
+    for table in TABLES:  # every commit, the creation included, went through Spark
         engines = [engine(info) for info in commit_infos(tmp_path / "out" / table)]
         assert all(e.startswith("Apache-Spark") for e in engines), (table, engines)
 
