@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare fuzz
+.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -64,6 +64,9 @@ test-broker-compare: $(STAMP) ## Compare a real-broker harness run with the simu
 	  timeout 3600 $(BIN)/python -m pytest tests/broker/test_real_rounds.py tests/broker/test_real_bytes.py -k 'run:'; \
 	  rc=$$?; $(BIN)/python -m tests.broker.summary "$(BROKER_RESULTS)" || rc=1; exit $$rc
 
+test-delta: $(STAMP) ## delta-spark tests in a session with Delta's jars (first run fetches them into ~/.cache/rmq-txn-reconcile/ivy)
+	$(BIN)/python -m pytest -m delta tests/delta
+
 test-notebook: $(STAMP) ## Execute examples/audit.ipynb top to bottom
 	$(BIN)/python -m pytest -m notebook tests/report/test_notebook.py
 
@@ -96,6 +99,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP) ## Benchmark 1M/4M/16M x3 + scale-out into docs/benchmarks.md (long; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)
+	$(BIN)/python -m bench.writers $(BENCH_ARGS)
 
 bench-scaleout: $(BENCH_STAMP) ## Only the local[1] vs local[2] check on the 1M stores, into docs/benchmarks.md
 	$(BIN)/python -m bench.scaleout

@@ -22,12 +22,17 @@ schemas of ``schemas.outputs``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import hashlib
+import importlib.metadata
 import json
+import operator
 import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -42,9 +47,20 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
+from connectors.errors import InputError
 from schemas.outputs import CONSUME_OFFSETS_TABLE
 
 PARTITION_COLUMN = "run_id"
+IVY_DIR_ENV = "RMQ_RECONCILE_IVY_DIR"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+WRITERS = ("auto", "delta-spark", "delta-rs")
+LOCK_NAME = ".rmq-txn-reconcile.lock"
+# Set on every table at creation by both writers, so that either can write what the other
+# created: no deletion vectors and classic checkpoints keep the protocol at reader 1 /
+# writer 2, the features delta-rs and delta-spark both write (the schemas have no
+# timestamp-without-time-zone column either: times are epoch-ms longs).
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false", "delta.checkpointPolicy": "classic"}
 OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
 COMMIT_ATTEMPTS = 8
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -64,16 +80,177 @@ class OutputWriter(Protocol):
     def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int: ...
 
 
-def has_delta_extension(spark: SparkSession) -> bool:
-    """True when the session was started with delta-spark's SQL extension (its jars present)."""
-    return "DeltaSparkSessionExtension" in spark.conf.get("spark.sql.extensions", "")
+class DeltaUnavailableError(InputError):
+    """delta-spark was asked for and the session cannot write Delta tables (exit code 2)."""
 
 
-def open_output(spark: SparkSession, root: str | os.PathLike[str]) -> OutputWriter:
-    """The writer for this session: delta-spark where its JVM extension is loaded, else delta-rs."""
-    if has_delta_extension(spark):
+# -- Delta's JVM side: the one place its Maven coordinate is derived --------------------------
+
+
+def scala_binary_version() -> str:
+    """The Scala binary version of the installed pyspark (from its bundled scala-library jar)."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    for jar in jars.glob("scala-library-*.jar"):
+        match = re.fullmatch(r"scala-library-(\d+\.\d+)\.\d+\.jar", jar.name)
+        if match:
+            return match.group(1)
+    return "2.13"  # every pyspark 4.x is built with Scala 2.13
+
+
+def delta_spark_coordinate() -> str:
+    """Maven coordinate of Delta's jars matching the installed pyspark and delta-spark.
+
+    Delta 4.x publishes one artifact per Spark minor version
+    (``io.delta:delta-spark_<spark major.minor>_<scala>:<delta version>``), the rule
+    ``delta.pip_utils.configure_spark_with_delta_pip`` applies. Every user of the
+    coordinate (session, ``make package``, README check, tests) calls this function, so a
+    version bump cannot leave a stale one behind.
+    """
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    delta_version = importlib.metadata.version("delta-spark")
+    return f"io.delta:delta-spark_{spark_minor}_{scala_binary_version()}:{delta_version}"
+
+
+def ivy_dir() -> Path:
+    """Spark's jar cache (Ivy) for Delta's jars: fetched once, reused by every later start."""
+    configured = os.environ.get(IVY_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "rmq-txn-reconcile" / "ivy"
+
+
+def delta_session_conf() -> dict[str, str]:
+    """Settings that give a new session Delta's extension (jars resolved through Ivy)."""
+    return {
+        "spark.jars.packages": delta_spark_coordinate(),
+        "spark.jars.ivy": str(ivy_dir()),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+    }
+
+
+def _delta_error(exc: Exception) -> bool:
+    """Delta's own answer for an absent table (as opposed to a parse or lookup error)."""
+    text = str(exc)
+    return "DELTA_" in text or "is not a Delta table" in text
+
+
+def can_write_delta(spark: SparkSession) -> bool:
+    """Capability probe: does this session have Delta's data source *and* its SQL extension?
+
+    Some platforms build Delta in without naming it in ``spark.sql.extensions``, so the
+    probe asks Spark instead of reading settings, on a path that does not exist (no job
+    runs, nothing is written): reading ``format("delta")`` finds the data source only with
+    Delta's jars (else ``DATA_SOURCE_NOT_FOUND``), and ``DESCRIBE HISTORY delta.`<path>```
+    parses only with its extension (which the catalog registration and ``DeltaTable``
+    commands need): Delta answers it with its own "not a Delta table" error.
+    """
+    probe = f"/rmq-txn-reconcile-probe-{uuid.uuid4().hex}/absent"
+    try:  # first the data source: without Delta's jars this fails quietly (no SQL error log)
+        _ = spark.read.format("delta").load(probe).schema
+    except Exception as exc:  # the class differs between classic and Connect sessions
+        if "DATA_SOURCE_NOT_FOUND" in str(exc) or "Failed to find the data source" in str(exc):
+            return False
+    try:
+        spark.sql(f"DESCRIBE HISTORY delta.`{probe}`").collect()
+    except Exception as exc:
+        return _delta_error(exc)
+    return True
+
+
+def choose_writer(spark: SparkSession, writer: str = "auto") -> str:
+    """``delta-spark`` or ``delta-rs`` for ``writer`` (auto|delta-spark|delta-rs).
+
+    Raises:
+        DeltaUnavailableError: ``delta-spark`` asked for and the session has no Delta.
+    """
+    if writer not in WRITERS:
+        raise InputError(f"writer must be one of {', '.join(WRITERS)}: {writer}")
+    if writer == "delta-rs":
+        return writer
+    if can_write_delta(spark):
+        return "delta-spark"
+    if writer == "delta-spark":
+        raise DeltaUnavailableError(
+            f"--writer delta-spark: this Spark session cannot load Delta's extension"
+            f" ({delta_spark_coordinate()} with {DELTA_EXTENSION}); give spark-submit"
+            f" --packages {delta_spark_coordinate()} or use --writer delta-rs"
+        )
+    return "delta-rs"
+
+
+def open_output(
+    spark: SparkSession, root: str | os.PathLike[str], writer: str = "auto"
+) -> OutputWriter:
+    """The writer for this session (see ``choose_writer``)."""
+    if choose_writer(spark, writer) == "delta-spark":
         return DeltaSparkOutput(spark, str(root))
     return DeltaRsOutput(spark, Path(root))
+
+
+def register_tables(
+    spark: SparkSession, root: str, schema_name: str, tables: list[str]
+) -> list[str]:
+    """``CREATE TABLE IF NOT EXISTS NAME.<table> USING DELTA LOCATION ...`` for each table.
+
+    Needs Delta's extension and catalog in the session. The registration lasts as long as
+    the session's catalog does: Spark's built-in catalog forgets it with the session, a
+    cluster's metastore (Hive, Unity Catalog, Glue) keeps it.
+    """
+    if not can_write_delta(spark):
+        raise DeltaUnavailableError(
+            f"--catalog-schema {schema_name}: the session has no Delta extension to register"
+            " tables with (use --writer delta-spark or a session with Delta)"
+        )
+    folder = local_root(root)
+    base = folder.resolve().as_posix() if folder is not None else root.rstrip("/")
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name}")
+    names = []
+    for table in tables:
+        location = f"{base}/{table}".replace("'", "\\'")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {schema_name}.{table} USING DELTA LOCATION '{location}'"
+        )
+        names.append(f"{schema_name}.{table}")
+    return names
+
+
+# -- commits to local roots -------------------------------------------------------------------
+
+
+def local_root(root: str) -> Path | None:
+    """The directory of a local output root (plain path or file: URI), else None."""
+    if root.startswith("file:"):
+        return Path(re.sub(r"^file:(//)?", "", root))
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", root):
+        return None  # s3://, abfss://, hdfs://: the store's own commit protocol applies
+    return Path(root)
+
+
+@contextlib.contextmanager
+def commit_lock(root: str) -> Iterator[None]:
+    """Hold an exclusive lock on a local output root while committing to its tables.
+
+    On a local file system Delta's log store guards a commit only inside one JVM and
+    delta-rs has no guard across processes, so two processes could both write the same
+    ``_delta_log`` version. Both writers take this ``flock`` around each commit; the kernel
+    drops it when a process dies, so a crashed run never blocks the next one.
+    """
+    folder = local_root(root)
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def partition_folder(run_id: str) -> str:
@@ -129,17 +306,27 @@ class DeltaRsOutput:
             existing = DeltaTable(str(path))
         except TableNotFoundError:
             path.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(CommitFailedError):  # a concurrent run created it first
-                DeltaTable.create(str(path), arrow, mode="ignore", partition_by=[PARTITION_COLUMN])
+            with (
+                commit_lock(str(self.root)),
+                contextlib.suppress(CommitFailedError),  # a concurrent run created it first
+            ):
+                DeltaTable.create(
+                    str(path),
+                    arrow,
+                    mode="ignore",
+                    partition_by=[PARTITION_COLUMN],
+                    configuration=TABLE_PROPERTIES,
+                )
             return
         present = {field.name for field in pa.schema(existing.schema().to_arrow())}
         missing = [field for field in arrow if field.name not in present]
         if missing:  # e.g. a first run with --include-body adds `body`
-            _retry(
-                lambda: DeltaTable(str(path)).alter.add_columns(
-                    [Field.from_arrow(field) for field in missing]
+            with commit_lock(str(self.root)):
+                _retry(
+                    lambda: DeltaTable(str(path)).alter.add_columns(
+                        [Field.from_arrow(field) for field in missing]
+                    )
                 )
-            )
 
     def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
         """Write ``frame`` (which has ``schema``, ``run_id`` included) as the run's partition."""
@@ -155,19 +342,20 @@ class DeltaRsOutput:
         ).parquet(str(staging))
         actions, rows = self._add_actions(path, staging, run_id)
         check_committed_rows(table, written.get["rows"], rows, staging)
-        table_schema = DeltaTable(str(path)).schema()
 
         def commit() -> None:
-            DeltaTable(str(path)).create_write_transaction(
+            table = DeltaTable(str(path))
+            table.create_write_transaction(
                 actions,
                 mode="overwrite",
-                schema=table_schema,
+                schema=table.schema(),
                 partition_by=[PARTITION_COLUMN],
                 partition_filters=[(PARTITION_COLUMN, "=", run_id)],
                 commit_properties=CommitProperties(custom_metadata={"run_id": run_id}),
             )
 
-        _retry(commit)
+        with commit_lock(str(self.root)):
+            _retry(commit)
         for leftover in staging.iterdir():  # Spark's _SUCCESS and .crc side files
             if not leftover.name.endswith(".parquet"):
                 leftover.unlink(missing_ok=True)
@@ -215,16 +403,20 @@ class DeltaRsOutput:
                 .execute()
             )
 
-        _retry(commit)
+        with commit_lock(str(self.root)):
+            _retry(commit)
         return source.num_rows
 
 
 class DeltaSparkOutput:
-    """Writes through delta-spark's JVM extension (clusters that have its jars).
+    """Writes through delta-spark's JVM extension (a session with Delta's jars).
 
-    Not exercised on the development machine: its jars cannot be fetched here. Same
-    semantics as ``DeltaRsOutput``: create if absent, replace the run's partition with
-    ``replaceWhere``, merge the offsets.
+    Same semantics as ``DeltaRsOutput``: create with ``TABLE_PROPERTIES`` when absent,
+    replace the run's partition in one commit (``replaceWhere``), merge the offsets with
+    ``DeltaTable.merge``. Delta's ``txnAppId``/``txnVersion`` are not used: they would make
+    Delta skip a rerun of a run id, which must replace that run's rows. Row counts come
+    from each commit's operation metrics, found in the history by a token this writer puts
+    in the commit's ``userMetadata``.
     """
 
     name = "delta-spark"
@@ -233,43 +425,133 @@ class DeltaSparkOutput:
         self.spark = spark
         self.root = root.rstrip("/")
 
+    def table_location(self, table: str) -> str:
+        return f"{self.root}/{table}"
+
     def ensure_table(self, table: str, schema: T.StructType) -> None:
         from delta.tables import DeltaTable as SparkDeltaTable
 
-        (
-            SparkDeltaTable.createIfNotExists(self.spark)
-            .location(f"{self.root}/{table}")
-            .addColumns(schema)
-            .partitionedBy(PARTITION_COLUMN)
-            .execute()
-        )
+        location = self.table_location(table)
+        with commit_lock(self.root):
+            if not SparkDeltaTable.isDeltaTable(self.spark, location):
+                builder = (
+                    SparkDeltaTable.createIfNotExists(self.spark)
+                    .location(location)
+                    .addColumns(schema)
+                    .partitionedBy(PARTITION_COLUMN)
+                )
+                for key, value in TABLE_PROPERTIES.items():
+                    builder = builder.property(key, value)
+                builder.execute()
+                return
+            present = set(SparkDeltaTable.forPath(self.spark, location).toDF().columns)
+            missing = [field for field in schema.fields if field.name not in present]
+            if missing:  # e.g. a first run with --include-body adds `body`
+                columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+                self.spark.sql(f"ALTER TABLE delta.`{location}` ADD COLUMNS ({columns})")
 
     def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
+        """One commit that replaces the run's partition; returns the rows it wrote."""
         quoted = run_id.replace("'", "''")
-        (
-            frame.select(*schema.fieldNames())
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", f"{PARTITION_COLUMN} = '{quoted}'")
-            .option("mergeSchema", "true")
-            .save(f"{self.root}/{table}")
-        )
-        return -1  # delta-spark does not report the count without another pass
+        token = _commit_token(run_id)
+        location = self.table_location(table)
+        with commit_lock(self.root), _session_conf(self.spark, ALWAYS_COMMIT):
+            _retry_spark(
+                lambda: (
+                    conform(frame, schema)
+                    .write.format("delta")
+                    .mode("overwrite")
+                    .option("replaceWhere", f"{PARTITION_COLUMN} = '{quoted}'")
+                    .option("userMetadata", token)
+                    .save(location)
+                )
+            )
+            return self._rows_of_commit(location, token, "numOutputRows")
 
     def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
+        """Upsert the offsets rows keyed by (run_id, broker, topic, queue_id)."""
         from delta.tables import DeltaTable as SparkDeltaTable
-        from pyspark.sql import functions as F
 
-        target = SparkDeltaTable.forPath(self.spark, f"{self.root}/{CONSUME_OFFSETS_TABLE}")
-        condition = None
-        for key in OFFSETS_MERGE_KEYS:
-            term = F.col(f"t.{key}") == F.col(f"s.{key}")
-            condition = term if condition is None else condition & term
-        (
-            target.alias("t")
-            .merge(frame.select(*schema.fieldNames()).alias("s"), condition)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-        return -1
+        location = self.table_location(CONSUME_OFFSETS_TABLE)
+        same_key = [F.col(f"t.{key}") == F.col(f"s.{key}") for key in OFFSETS_MERGE_KEYS]
+        condition = functools.reduce(operator.and_, same_key)
+        source = conform(frame, schema).alias("s")
+        token = _commit_token(str(uuid.uuid4()))
+
+        def merge() -> None:
+            (
+                SparkDeltaTable.forPath(self.spark, location)
+                .alias("t")
+                .merge(source, condition)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+
+        settings = {**ALWAYS_COMMIT, USER_METADATA: token}  # merge has no writer option for it
+        with commit_lock(self.root), _session_conf(self.spark, settings):
+            _retry_spark(merge)
+            return self._rows_of_commit(location, token, "numSourceRows")
+
+    def _rows_of_commit(self, location: str, token: str, metric: str) -> int:
+        """The row count Delta recorded for the commit marked with ``token``."""
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        history = SparkDeltaTable.forPath(self.spark, location).history(HISTORY_SCAN)
+        commit = history.where(F.col("userMetadata") == token).select("operationMetrics").first()
+        metrics = (commit["operationMetrics"] or {}) if commit is not None else None
+        if metrics is not None and metric in metrics:
+            return int(metrics[metric])
+        if metrics is not None and metrics.get("numFiles") == "0":
+            return 0  # Delta records no row count for a write that added no file
+        raise RuntimeError(f"{location}: no '{metric}' in the metrics of this run's commit")
+
+
+def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    """``frame`` with exactly the table's columns and types: Delta enforces the table schema
+    (a literal such as ``F.lit(duration)`` is an int, the column a long)."""
+    return frame.select(*[F.col(field.name).cast(field.dataType) for field in schema.fields])
+
+
+HISTORY_SCAN = 50  # commits searched for this writer's own (concurrent runs may add some)
+
+
+def _commit_token(label: str) -> str:
+    """A unique marker for one commit's ``userMetadata`` (readable: it names the run)."""
+    return json.dumps({"writer": "rmq-txn-reconcile", "run": label, "commit": uuid.uuid4().hex})
+
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+# Delta skips the commit of a write that adds and removes nothing (an empty table on a first
+# run): every run commits once per table instead, as delta-rs does, so the history has one
+# commit per table and run to read the row count from.
+ALWAYS_COMMIT = {"spark.databricks.delta.skipRecordingEmptyCommits": "false"}
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Set session settings for one commit and put the caller's values back afterwards."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _retry_spark(commit) -> None:
+    """Remote roots have no file lock: retry Delta's optimistic-concurrency conflicts."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            commit()
+            return
+        except Exception as exc:
+            conflict = "DELTA_CONCURRENT" in str(exc) or "Concurrent" in type(exc).__name__
+            if not conflict or attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)

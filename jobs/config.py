@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from connectors.errors import InputError
 
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 # The same file as this module's loader sees it: in the --py-files zip of `make package`
 # it is a zip member, not a file, and must be read through the zip (unresolved path).
@@ -32,6 +34,8 @@ class JobConfig:
     master: str = "local[2]"
     shuffle_partitions: int = 8
     driver_memory: str = "4g"
+    writer: str = "auto"
+    catalog_schema: str = ""  # empty: tables are not registered in a catalog
 
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
@@ -50,6 +54,14 @@ class JobConfig:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
         if self.check_interval_ms <= 0:  # forecasts divide by it
             raise InputError(f"check_interval_ms must be positive: {self.check_interval_ms}")
+        from connectors.delta import WRITERS
+
+        if self.writer not in WRITERS:
+            raise InputError(f"writer must be one of {', '.join(WRITERS)}: {self.writer}")
+        if self.catalog_schema and not _SCHEMA_NAME.fullmatch(self.catalog_schema):
+            raise InputError(
+                f"catalog schema must be NAME or CATALOG.NAME (letters, digits, _): {self.catalog_schema}"
+            )
         return self
 
 

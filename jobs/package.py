@@ -51,23 +51,29 @@ def build(dist: Path) -> tuple[Path, Path]:
     return archive, entry
 
 
-def command(archive: Path, entry: Path, master: str = "local[2]") -> list[str]:
-    """The spark-submit command as printed: it runs as is from a fresh shell (full paths,
-    the venv's Python for driver and workers, the job's quiet logging for the driver JVM,
-    which spark-submit starts before the job's own code runs)."""
+def command(archive: Path, entry: Path, master: str = "local[2]", delta: bool = False) -> list[str]:
+    """The spark-submit command line; ``delta`` adds Delta's jars and extension, the
+    coordinate derived from the installed pyspark and delta-spark."""
+    argv = ["spark-submit", "--master", master]
+    if delta:
+        from connectors.delta import DELTA_CATALOG, DELTA_EXTENSION, delta_spark_coordinate
+
+        argv += ["--packages", delta_spark_coordinate()]
+        argv += ["--conf", f"spark.sql.extensions={DELTA_EXTENSION}"]
+        argv += ["--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}"]
+    return [*argv, "--py-files", str(archive), str(entry)]
+
+
+def shell_command(archive: Path, entry: Path, master: str = "local[2]", delta: bool = False) -> str:
+    """The command as printed: it runs as is from a fresh shell (full paths, the venv's Python
+    for driver and workers, the job's quiet logging for the driver JVM, which spark-submit
+    starts before the job's own code runs)."""
     python = Path(sys.executable)
+    argv = command(archive, entry, master, delta)
+    argv[0] = str(python.with_name("spark-submit"))
     log4j = archive.parent / LOG4J_NAME
-    return [
-        f"PYSPARK_PYTHON={python}",
-        str(python.with_name("spark-submit")),
-        "--master",
-        master,
-        "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{log4j}",
-        "--py-files",
-        str(archive),
-        str(entry),
-    ]
+    argv[1:1] = ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{log4j}"]
+    return f"PYSPARK_PYTHON={shlex.quote(str(python))} {shlex.join(argv)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,11 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     dist = Path(args[0] if args else "dist").resolve()
     archive, entry = build(dist)
     print(f"built {archive} and {entry}")
+    job = " --store [NAME=]DIR --output OUT --as-of latest"
     print(
         "run it with (add the job's arguments; on a cluster use its --master and add"
         " --conf spark.pyspark.python=PYTHON, see the README):"
     )
-    print(shlex.join(command(archive, entry)) + " --store [NAME=]DIR --output OUT --as-of latest")
+    print(shell_command(archive, entry) + job)
+    print("with Delta's own writer (delta-spark; Spark fetches the jars once into its Ivy cache):")
+    print(shell_command(archive, entry, delta=True) + job + " --writer delta-spark")
     return 0
 
 

@@ -127,6 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="check each record's body CRC (store input)",
     )
+    parser.add_argument(
+        "--writer",
+        choices=["auto", "delta-spark", "delta-rs"],
+        help="Delta writer (default auto: delta-spark when the session can write Delta)",
+    )
+    parser.add_argument(
+        "--catalog-schema",
+        dest="catalog_schema",
+        metavar="NAME",
+        help="also register the tables as NAME.<table> in the session's catalog",
+    )
     parser.add_argument("--master", help="Spark master when not launched by spark-submit")
     parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
     return parser
@@ -449,6 +460,47 @@ def reconcile_segments(
     return shape_outputs(_round(inputs, config, parse_as_of(str(as_of)), run_id))
 
 
+def reconcile_stores_to_delta(
+    spark: SparkSession,
+    stores: Sequence[str],
+    output: str,
+    *,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    writer: str = "auto",
+    catalog_schema: str = "",
+    **settings: object,
+) -> dict[str, int]:
+    """Notebook entry point that also writes: the round over ``stores`` into ``output``.
+
+    In a session that has Delta (a Databricks-like notebook, or ``build_session(delta=True)``)
+    ``writer="auto"`` writes through Spark (delta-spark); elsewhere through delta-rs. Same
+    tables and semantics as the command line (a rerun of a run id replaces its rows).
+
+    Returns:
+        Table name -> rows written.
+    """
+    from transforms.round import shape_outputs
+
+    config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
+    inputs = read_store_inputs(spark, stores, config).persist()
+    state = _round(inputs, config, parse_as_of(str(as_of)), run_id)
+    try:
+        return write_outputs(
+            spark,
+            shape_outputs(state),
+            state.params.run_id,
+            output,
+            config.include_body,
+            time.time(),
+            lambda message: None,
+            config.writer,
+            config.catalog_schema,
+        )
+    finally:
+        inputs.unpersist()
+
+
 # -- load -----------------------------------------------------------------------------------
 
 
@@ -466,13 +518,16 @@ def write_outputs(
     started: float,
     progress,
     facts: dict[str, object] | None = None,
+    writer_choice: str = "auto",
+    catalog_schema: str = "",
 ) -> dict[str, int]:
     """Create the tables if absent, replace this run's rows in each; offsets last.
     ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary."""
-    from connectors.delta import open_output
+    from connectors.delta import open_output, register_tables
     from schemas.outputs import CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
 
-    writer = open_output(spark, output_root)
+    writer = open_output(spark, output_root, writer_choice)
+    progress(f"writing through {type(writer).__name__}")
     facts = facts or run_facts(writer, ())
     counts: dict[str, int] = {}
     for name in outputs.tables():
@@ -496,6 +551,9 @@ def write_outputs(
             counts[name] = writer.replace_run(name, frame, schema, run_id)
         progress(f"wrote {name}: {counts[name]} rows")
         _fault_point(name)
+    if catalog_schema:
+        names = register_tables(spark, output_root, catalog_schema, list(outputs.tables()))
+        progress(f"registered {', '.join(names)}")
     return counts
 
 
@@ -619,6 +677,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
             "verify_crc",
             "as_of",
             "master",
+            "writer",
+            "catalog_schema",
         )
     }
     config = load_config(args.conf, overrides)
@@ -634,11 +694,14 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
             shuffle_partitions=config.shuffle_partitions,
             driver_memory=config.driver_memory,
             verbose=args.verbose,
+            delta=config.writer == "delta-spark",  # Delta's extension (jars via the Ivy cache)
         )
+    from connectors.delta import choose_writer
     from jobs.session import probe_workers
     from transforms.round import shape_outputs
 
     probe_workers(spark)
+    choose_writer(spark, config.writer)  # --writer delta-spark without Delta: exit 2 now
     if args.store:
         inputs = read_store_inputs(spark, args.store, config)
     else:
@@ -672,7 +735,16 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
 
     facts = run_facts(open_output(spark, args.output), inputs.identity)
     write_outputs(
-        spark, outputs, params.run_id, args.output, config.include_body, started, progress, facts
+        spark,
+        outputs,
+        params.run_id,
+        args.output,
+        config.include_body,
+        started,
+        progress,
+        facts,
+        writer_choice=config.writer,
+        catalog_schema=config.catalog_schema,
     )
     # One row per queue and topic.
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]

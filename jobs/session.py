@@ -18,11 +18,17 @@ def build_session(
     verbose: bool = False,
     adaptive: bool = True,
     driver_memory: str | None = None,
+    delta: bool = False,
 ) -> SparkSession:
     """Return a session configured for this job (UTC, no UI in local mode, quiet logs).
 
     ``master`` is only set when given, so that ``spark-submit --master ...`` wins on a
     cluster. Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
+    ``delta=True`` adds Delta's extension and catalog, and (when this call starts the JVM)
+    Delta's jars resolved through the project's Ivy cache (``connectors.delta.ivy_dir``):
+    fetched from Maven Central once, then started from the cache. Under ``spark-submit``
+    the jars come from its ``--packages``; a failure to start the JVM is raised as
+    ``DeltaUnavailableError``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -52,6 +58,18 @@ def build_session(
         # driver's disk, and executors elsewhere keep the cluster's own logging options.
         opt = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
         builder = builder.config("spark.driver.extraJavaOptions", opt)
+    if delta:
+        from connectors.delta import delta_session_conf
+
+        for key, value in delta_session_conf().items():
+            builder = builder.config(key, value)
+        if master and master.startswith("local"):
+            # Delta rebuilds a table's state from its log in 50 partitions by default: on a
+            # few local cores that is most of each commit's time for tables of this size.
+            builder = builder.config(
+                "spark.databricks.delta.snapshotPartitions", str(shuffle_partitions or 4)
+            )
+        return _start(builder, verbose)
     session = builder.getOrCreate()
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")
@@ -118,3 +136,22 @@ def probe_workers(spark: SparkSession) -> None:
         raise WorkerEnvironmentError(
             f"the Python workers ({executable}) cannot run the job: {problem}; {hint}"
         )
+
+
+def _start(builder: SparkSession.Builder, verbose: bool) -> SparkSession:
+    """Start a session with Delta's jars; a JVM that cannot resolve them is one clear error."""
+    from pyspark.errors import PySparkRuntimeError
+
+    from connectors.delta import DeltaUnavailableError, delta_spark_coordinate, ivy_dir
+
+    try:
+        session = builder.getOrCreate()
+    except PySparkRuntimeError as exc:  # JAVA_GATEWAY_EXITED: Ivy could not resolve the jars
+        raise DeltaUnavailableError(
+            f"Delta's jars ({delta_spark_coordinate()}) could not be loaded: not in the"
+            f" jar cache {ivy_dir()} and not downloadable from Maven Central"
+            f" ({getattr(exc, 'getErrorClass', lambda: None)() or type(exc).__name__})"
+        ) from None
+    if not verbose:
+        session.sparkContext.setLogLevel("ERROR")
+    return session
