@@ -10,7 +10,13 @@ import java.util.List;
  * <p>A script is C (commit at once), R (roll back at once), U<k><C|R> (UNKNOW, then commit or roll
  * back on the k-th check), N (UNKNOW on every check, so the broker discards it after
  * transactionCheckMax checks) or LATE (UNKNOW on every check; the producer ends it with a commit
- * that is not a check answer three rounds after it was sent, when its immunity has expired).
+ * that is not a check answer three rounds after it was sent, when its immunity has expired),
+ * EARLY (immunity 16 s; the producer commits, not as a check answer, one round after sending:
+ * inside its immunity, after that round put back its immunity copy, so the next round meets a copy
+ * whose TRAN_PREPARED_QUEUE_OFFSET is named: spec rule 2) or AFTERCHK (no immunity, UNKNOW on
+ * checks; the producer commits naming the original two rounds after sending, after the round that
+ * checked it put back a check copy past the committed offset: the next round meets a copy whose
+ * uniq key belongs to a resolved original: spec rule 3).
  */
 final class Workload {
   private Workload() {}
@@ -26,6 +32,9 @@ final class Workload {
     new Tx("U1C", "16", false),
     new Tx("N", "0", false),
     new Tx("U2C", "-1", false),
+    // At index 4 so that the fixture's short run (make-fixture.sh) sends one in round 2 and its
+    // kept round 3 meets the rule-2 copy.
+    new Tx("EARLY", "16", false),
     new Tx("U1R", "abc", false),
     new Tx("N", "16", false),
     new Tx("LATE", "16", false),
@@ -45,6 +54,7 @@ final class Workload {
     new Tx("U1R", null, false),
     new Tx("R", null, false),
     new Tx("U2C", null, false),
+    new Tx("AFTERCHK", null, false),
   };
 
   /**
@@ -66,6 +76,23 @@ final class Workload {
       txs.add(PLAIN[Math.floorMod(seed + i, PLAIN.length)]);
     }
     return txs;
+  }
+
+  /**
+   * Rounds after its send round before whose check the producer commits the transaction itself (a
+   * non-check end naming the original half); 0 = never.
+   */
+  static int producerEndRounds(String script) {
+    switch (script) {
+      case "LATE":
+        return 3;
+      case "EARLY":
+        return 1;
+      case "AFTERCHK":
+        return 2;
+      default:
+        return 0;
+    }
   }
 
   /** The answer to the check whose copy carries {@code checkTimes}; null answers UNKNOW. */

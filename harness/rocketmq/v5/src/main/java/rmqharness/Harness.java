@@ -460,7 +460,8 @@ public final class Harness {
     // The half's commit-log offset is not in a transactional send result (its offsetMsgId is
     // null): it is read back from the half queue once dispatch caught up (resolvePending).
     pending.add(workloadRow(uniq, group, topic, r.getMessageQueue().getQueueId(), tx, r.getQueueOffset(), -1, sendMs));
-    if (tx.script().equals("LATE")) lateEnds.add(new Late(round + 3, p, m, r));
+    int endAfter = Workload.producerEndRounds(tx.script());
+    if (endAfter > 0) lateEnds.add(new Late(round + endAfter, p, m, r));
   }
 
   /** An old half message, born OLD_AGE_MS ago, written through the broker's half-message path. */
@@ -527,7 +528,7 @@ public final class Harness {
     return row;
   }
 
-  /** Producer-side commits of LATE transactions, sent after their immunity expired. */
+  /** Producer-side (non-check) commits of LATE, EARLY and AFTERCHK transactions (Workload). */
   private void sendLateEnds(int round) throws Exception {
     for (Late late : lateEnds) {
       if (late.round() != round) continue;
