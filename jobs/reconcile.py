@@ -494,8 +494,8 @@ def reconcile_stores_to_delta(
             config.include_body,
             time.time(),
             lambda message: None,
-            config.writer,
-            config.catalog_schema,
+            writer_choice=config.writer,
+            catalog_schema=config.catalog_schema,
         )
     finally:
         inputs.unpersist()

@@ -104,11 +104,16 @@ def rows_of(root: Path, table: str, run_id: str | None = None) -> list[dict]:
 
 
 def comparable(rows: list[dict]) -> Counter:
-    """A multiset of rows without the run id and the run-time columns."""
+    """A multiset of rows without the run id, the run-time columns and the writer that
+    wrote them (runs through delta-rs and delta-spark must agree on everything else)."""
 
     def key(row: dict) -> tuple:
         return tuple(
-            sorted((k, repr(v)) for k, v in row.items() if k not in ("run_id", *RUN_TIME_COLUMNS))
+            sorted(
+                (k, repr(v))
+                for k, v in row.items()
+                if k not in ("run_id", "writer", *RUN_TIME_COLUMNS)
+            )
         )
 
     return Counter(key(r) for r in rows)
