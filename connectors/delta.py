@@ -46,6 +46,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from connectors import WRITERS
 from connectors.arrow import to_arrow_schema
 from connectors.errors import InputError
 from schemas.outputs import CONSUME_OFFSETS_TABLE
@@ -54,7 +55,6 @@ PARTITION_COLUMN = "run_id"
 IVY_DIR_ENV = "RMQ_RECONCILE_IVY_DIR"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-WRITERS = ("auto", "delta-spark", "delta-rs")
 LOCK_NAME = ".rmq-txn-reconcile.lock"
 # Set on every table at creation by both writers, so that either can write what the other
 # created: no deletion vectors and classic checkpoints keep the protocol at reader 1 /

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from connectors import WRITERS
 from connectors.errors import InputError
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
@@ -54,8 +55,6 @@ class JobConfig:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
         if self.check_interval_ms <= 0:  # forecasts divide by it
             raise InputError(f"check_interval_ms must be positive: {self.check_interval_ms}")
-        from connectors.delta import WRITERS
-
         if self.writer not in WRITERS:
             raise InputError(f"writer must be one of {', '.join(WRITERS)}: {self.writer}")
         if self.catalog_schema and not _SCHEMA_NAME.fullmatch(self.catalog_schema):
