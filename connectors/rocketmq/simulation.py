@@ -80,6 +80,8 @@ SYSFLAG_BORNHOST_V6 = 0x10
 BROKER_STORE_HOST = "10.0.0.10:10911"
 CLUSTER_NAME = "DefaultCluster"
 PROP_WAIT = "WAIT"
+PROP_MSG_REGION = "MSG_REGION"
+PROP_TRACE_ON = "TRACE_ON"
 PROP_CLUSTER = "CLUSTER"
 PROP_RETRY_TOPIC = "RETRY_TOPIC"
 PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -705,7 +707,9 @@ class Simulation:
             PROP_TRAN_MSG: "true",
             PROP_PRODUCER_GROUP: groups.take(pa.array(group)),
             PROP_UNIQ_KEY: uniq,
-            PROP_WAIT: "true",
+            # An immunity re-put sets WAIT=false, and every later copy keeps it (seen on real
+            # 5.3.3 and 4.9.7 brokers): exactly the records that carry the prepared offset.
+            PROP_WAIT: pa.array(np.where(prepared >= 0, "false", "true"), pa.string()),
             PROP_TAGS: tags.take(pa.array(np.maximum(tag, 0), mask=tag < 0)),
             PROP_KEYS: _join(
                 pa.scalar("ORD"), _int_strings(self.t_order[txn], self.group_keys[group])
@@ -719,7 +723,12 @@ class Simulation:
         }
         if self.c.op_style == "5.x":
             entries[PROP_TRANSACTION_ID] = uniq
+            # The 5.x client's own (seen on a real 5.3.3 broker; absent with 4.9.7).
+            entries[PROP_MSG_REGION] = "DefaultRegion"
+            entries[PROP_TRACE_ON] = "true"
         insertion = [
+            PROP_MSG_REGION,
+            PROP_TRACE_ON,
             PROP_TRAN_MSG,
             PROP_PRODUCER_GROUP,
             PROP_UNIQ_KEY,
@@ -1232,8 +1241,7 @@ class Simulation:
                 np.where(retry, uniq.to_numpy(zero_copy_only=False), None), pa.string()
             ),
         }
-        if self.c.op_style == "4.9":
-            entries[PROP_WAIT] = "true"
+        entries[PROP_WAIT] = "true"  # both clients set it on plain messages (real 5.3.3, 4.9.7)
         insertion = [
             PROP_UNIQ_KEY,
             PROP_WAIT,

@@ -94,6 +94,28 @@ def test_immunity_copies_point_at_the_original(source, recorded):
         assert int(r["props"][PROP_PREPARED_QUEUE_OFFSET]) == first_of[key], r["queue_offset"]
 
 
+def test_client_properties_wait_msg_region_trace_on(source, recorded):
+    """The broker's immunity re-put sets WAIT=false and later copies keep it; every other
+    half record sent by a producer has the client's WAIT=true (the simulator writes the
+    same). Only the harness's old half messages, written through the broker's own
+    half-message path with no client, have no WAIT at all."""
+    rows, _ = _records(_snapshot_of(source, recorded))
+    half = [r for r in rows if r["topic"] == HALF_TOPIC]
+    reserved_ms = recorded.settings.file_reserved_hours * 3_600_000
+    assert any(PROP_PREPARED_QUEUE_OFFSET in r["props"] for r in half)
+    for r in half:
+        if "WAIT" not in r["props"]:
+            assert r["store_timestamp_ms"] - r["born_timestamp_ms"] > reserved_ms, r["queue_offset"]
+            continue
+        expected = "false" if PROP_PREPARED_QUEUE_OFFSET in r["props"] else "true"
+        assert r["props"]["WAIT"] == expected, r["queue_offset"]
+        client_5x = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # the simulator's too
+        present = {k: r["props"].get(k) for k in client_5x}
+        assert present == (
+            client_5x if recorded.version.startswith("5.") else dict.fromkeys(client_5x)
+        )
+
+
 def test_op_records_are_the_brokers_own(source, recorded):
     """Tag d, properties WAIT and TAGS only, born = stored (host and time); bodies: one
     decimal (4.9) or items each followed by a comma (5.x)."""

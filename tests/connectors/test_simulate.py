@@ -236,9 +236,10 @@ def test_copies_keep_the_message_and_increment_the_counter():
         same = {
             k: v
             for k, v in rec["props"].items()
-            if k not in ("TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET")
+            # WAIT turns false with the immunity re-put (test_wait_is_false_...)
+            if k not in ("TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", "WAIT")
         }
-        assert same == orig["props"]
+        assert same == {k: v for k, v in orig["props"].items() if k != "WAIT"}
         latest[key] = rec
     assert any(r["flag"] for r in originals.values())  # the flag reset is observable
 
@@ -265,6 +266,21 @@ def test_discards_carry_the_counter_and_the_message():
             source[0]["body"],
             0,
         )
+
+
+@pytest.mark.parametrize("op_style", ["4.9", "5.x"])
+def test_client_properties_wait_msg_region_trace_on(op_style):
+    """As on real brokers (tests/broker/test_real_bytes.py): the immunity re-put sets
+    WAIT=false and later copies keep it; other half records carry the client's WAIT=true."""
+    _, rows = _simulate(op_style=op_style, seed=6)
+    half = [r for r in rows if r["topic"] == HALF_TOPIC]
+    assert any("TRAN_PREPARED_QUEUE_OFFSET" in r["props"] for r in half)
+    for r in half:
+        expected = "false" if "TRAN_PREPARED_QUEUE_OFFSET" in r["props"] else "true"
+        assert r["props"]["WAIT"] == expected, r["queue_offset"]
+        client_5x = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # as a 5.3.3 client
+        present = {k: r["props"].get(k) for k in client_5x}
+        assert present == (client_5x if op_style == "5.x" else dict.fromkeys(client_5x))
 
 
 @pytest.mark.parametrize("op_style", ["4.9", "5.x"])
