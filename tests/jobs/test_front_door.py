@@ -13,6 +13,7 @@ import pytest
 
 from jobs.reconcile import build_parser
 from tests.jobs.segments import segment_argv, write_parquet_segments
+from tests.jobs.test_cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -87,16 +88,6 @@ def test_workers_that_cannot_import_pyarrow_fail_at_once_with_one_line(tmp_path:
     assert not (output / "pending").exists()  # stopped before the heavy work
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "jobs.reconcile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def _store(path: Path) -> Path:
     (path / "commitlog").mkdir(parents=True)
     (path / "consumequeue").mkdir()
@@ -114,7 +105,7 @@ def test_a_bad_output_is_exit_2_before_spark_starts(tmp_path: Path, where: str) 
     if where == "a file":
         output.write_text("not a directory")
 
-    result = _cli("--store", str(store), "--output", str(output))
+    result = run_cli("--store", str(store), "--output", str(output))
 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
