@@ -129,7 +129,13 @@ def test_the_console_script_is_installed_and_in_the_readme() -> None:
 
 
 def test_make_help_aligns_every_target() -> None:
-    result = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # Under `make test` the environment carries MAKELEVEL/MAKEFLAGS, and a nested make prints
+    # "Entering directory" lines: run it as a user would, from a plain shell.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKELEVEL", "MAKEFLAGS", "MFLAGS"}}
+    result = subprocess.run(
+        ["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     targets = re.findall(r"^([a-z-]+):.*## ", (ROOT / "Makefile").read_text(), re.M)
     assert [line.split()[1] for line in lines] == targets
