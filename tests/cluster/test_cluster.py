@@ -34,6 +34,7 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.rocketmq.simulation import DEFAULT_END_MS
+from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from jobs.package import ENTRY_NAME, ZIP_NAME
 from jobs.reconcile import PHASE_PREFIX
 from schemas.outputs import (
@@ -332,7 +333,7 @@ def test_tables_equal_a_local_run(runs: Runs, table: str) -> None:
 
 def test_offset_fragments_equal_a_local_run(runs: Runs) -> None:
     for broker in BROKERS:
-        for name in ("consumerOffset.json", "consumerOffset.json.safe"):
+        for name in (FRAGMENT_SAFE, FRAGMENT_AFTER, FRAGMENT_COMMITTED):
             relative = Path("offset_fragments") / broker / name
             cluster_text = (runs.cluster.output / relative).read_text()
             assert cluster_text == (runs.local.output / relative).read_text()
