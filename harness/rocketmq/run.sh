@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build and run one line of the real-broker harness.
 #   harness/rocketmq/run.sh v5|v4 --out DIR [--rounds N] [--transactions M]
-# Resolves the line's Maven dependencies (cached in ~/.m2), compiles it, and runs it with a JVM
+# Resolves the line's Maven dependencies (cached in ~/.m2), compiles it (the module v5/ or v4/ of
+# harness/rocketmq/pom.xml: the shared common/ sources with the line's own Line class), and runs it with a JVM
 # whose home and temporary directory are a fresh directory of its own (removed afterwards), so
 # nothing outside it and ~/.m2 is touched. Exits non-zero with one `error: ...` line on failure.
 set -euo pipefail

@@ -25,8 +25,6 @@ import java.util.stream.Stream;
 import org.apache.rocketmq.broker.BrokerController;
 import org.apache.rocketmq.broker.transaction.TransactionalMessageCheckService;
 import org.apache.rocketmq.broker.transaction.queue.DefaultTransactionalMessageCheckListener;
-import org.apache.rocketmq.broker.transaction.queue.MessageQueueOpContext;
-import org.apache.rocketmq.broker.transaction.queue.TransactionalMessageServiceImpl;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -34,6 +32,7 @@ import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.BrokerConfig;
+import org.apache.rocketmq.common.MQVersion;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.constant.PermName;
 import org.apache.rocketmq.common.message.Message;
@@ -42,7 +41,6 @@ import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageDecoder;
 import org.apache.rocketmq.common.message.MessageExt;
-import org.apache.rocketmq.common.message.MessageExtBrokerInner;
 import org.apache.rocketmq.common.namesrv.NamesrvConfig;
 import org.apache.rocketmq.common.sysflag.MessageSysFlag;
 import org.apache.rocketmq.common.topic.TopicValidator;
@@ -51,7 +49,6 @@ import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.netty.NettyClientConfig;
 import org.apache.rocketmq.remoting.netty.NettyServerConfig;
 import org.apache.rocketmq.remoting.protocol.RemotingCommand;
-import org.apache.rocketmq.remoting.protocol.RequestCode;
 import org.apache.rocketmq.store.GetMessageResult;
 import org.apache.rocketmq.store.MessageStore;
 import org.apache.rocketmq.store.PutMessageResult;
@@ -59,12 +56,16 @@ import org.apache.rocketmq.store.PutMessageStatus;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 
 /**
- * Real-broker harness, RocketMQ 5.x line: an in-process NameServer and master broker, a scripted
+ * Real-broker harness, both version lines: an in-process NameServer and master broker, a scripted
  * transactional workload, and check rounds run only when the harness calls the broker's own
- * {@code TransactionalMessageService.check}. See harness/rocketmq/README.md for the output format.
+ * {@code TransactionalMessageService.check}. Compiled once per line with that line's {@link Line}
+ * (what differs between 4.9 and 5.x). See harness/rocketmq/README.md for the output format.
  */
 public final class Harness {
-  static final String VERSION = "5.3.3";
+  static final BrokerLine LINE = new Line();
+  // The version of the RocketMQ jars the harness runs on (V5_3_3 -> 5.3.3), not a second copy of
+  // the one the line's pom pins.
+  static final String VERSION = MQVersion.getVersionDesc(MQVersion.CURRENT_VERSION).substring(1).replace('_', '.');
   static final String BROKER_NAME = "broker-h";
   static final long TX_TIMEOUT_MS = 8_000;
   static final int CHECK_MAX = 3;
@@ -255,7 +256,7 @@ public final class Harness {
     nc.setRocketmqHome(work.toString());
     NettyServerConfig nsc = new NettyServerConfig();
     nsc.setListenPort(freePort(false));
-    nsc.setBindAddress("127.0.0.1");
+    LINE.configureNameServer(nsc);
     namesrv = new NamesrvController(nc, nsc);
     if (!namesrv.initialize()) fail(2, "name server failed to initialize");
     try {
@@ -279,7 +280,6 @@ public final class Harness {
     bc.setTransactionTimeOut(TX_TIMEOUT_MS);
     bc.setTransactionCheckMax(CHECK_MAX);
     bc.setTransactionCheckInterval(CHECK_INTERVAL_MS);
-    bc.setTransactionOpBatchInterval((int) OP_BATCH_INTERVAL_MS);
     bc.setEnablePropertyFilter(false);
     MessageStoreConfig sc = new MessageStoreConfig();
     Path store = work.resolve("store");
@@ -289,7 +289,6 @@ public final class Harness {
     sc.setMappedFileSizeConsumeQueue(CQ_FILE_SIZE);
     sc.setMaxMessageSize(16 * 1024);
     sc.setFileReservedTime(FILE_RESERVED_HOURS);
-    sc.setTimerWheelEnable(false);
     sc.setMaxIndexNum(1000);
     sc.setMaxHashSlotNum(4000);
     sc.setHaListenPort(0);
@@ -297,7 +296,7 @@ public final class Harness {
     // Fixed before initialize(): the transaction bridge captures the store host (and so the port
     // op messages carry) during initialize().
     bsc.setListenPort(freePort(true));
-    bsc.setBindAddress("127.0.0.1");
+    LINE.configureBroker(bc, sc, bsc, OP_BATCH_INTERVAL_MS);
     broker = new BrokerController(bc, bsc, new NettyClientConfig(), sc);
     boolean ok;
     try {
@@ -313,7 +312,7 @@ public final class Harness {
       protected void onWaitEnd() {}
     });
     listener.setBrokerController(broker);
-    listener.initExecutorService();
+    LINE.initCheckListener(listener);
     broker.registerServerRPCHook(new EndTxHook());
     try {
       broker.start();
@@ -466,7 +465,7 @@ public final class Harness {
 
   /** An old half message, born OLD_AGE_MS ago, written through the broker's half-message path. */
   private void sendOld(String group, String topic, Workload.Tx tx) {
-    MessageExtBrokerInner m = new MessageExtBrokerInner();
+    Line.BrokerMessage m = new Line.BrokerMessage();
     m.setTopic(topic);
     m.setQueueId(0);
     m.setBody(("old " + sent).getBytes(StandardCharsets.UTF_8));
@@ -477,7 +476,7 @@ public final class Harness {
     MessageAccessor.putProperty(m, MessageConst.PROPERTY_PRODUCER_GROUP, group);
     MessageAccessor.putProperty(m, SCRIPT_KEY, tx.script());
     m.setPropertiesString(MessageDecoder.messageProperties2String(m.getProperties()));
-    m.setTagsCode(MessageExtBrokerInner.tagsString2tagsCode("tx"));
+    m.setTagsCode(Line.BrokerMessage.tagsString2tagsCode("tx"));
     m.setSysFlag(MessageSysFlag.TRANSACTION_PREPARED_TYPE);
     long sendMs = System.currentTimeMillis();
     m.setBornTimestamp(sendMs - OLD_AGE_MS);
@@ -589,7 +588,7 @@ public final class Harness {
 
     @Override
     public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
-      if (request.getCode() != RequestCode.END_TRANSACTION) return;
+      if (request.getCode() != Line.RequestCodes.END_TRANSACTION) return;
       Map<String, Object> row = new LinkedHashMap<>();
       row.put("wall_ms", System.currentTimeMillis());
       row.put("ext_fields", request.getExtFields() == null ? null : new java.util.TreeMap<>(request.getExtFields()));
@@ -783,18 +782,16 @@ public final class Harness {
       }
       Thread.sleep(20);
     }
-    TransactionalMessageServiceImpl tms = (TransactionalMessageServiceImpl) broker.getTransactionalMessageService();
+    // 5.x buffers ends and writes them as op batches; 4.9 writes one op message per end at once.
+    // Either way: wait until no end is buffered and the op queue stops growing.
     long opMax = -1;
     while (true) {
-      boolean buffered = false;
-      for (MessageQueueOpContext c : tms.getDeleteContext().values()) {
-        if (!c.getContextQueue().isEmpty()) buffered = true;
-      }
+      boolean buffered = LINE.opsBuffered(broker);
       awaitDispatch();
       long now = maxOffset(OP_TOPIC);
       if (!buffered && now == opMax) break;
       opMax = now;
-      if (System.currentTimeMillis() > deadline) fail(3, "round " + r + ": op batches did not settle");
+      if (System.currentTimeMillis() > deadline) fail(3, "round " + r + ": op records did not settle");
       Thread.sleep(2 * OP_BATCH_INTERVAL_MS + 50);
     }
   }
@@ -843,13 +840,12 @@ public final class Harness {
             + (res == null ? "null" : res.getStatus()));
       }
       try {
-        List<Long> offsets = res.getMessageQueueOffset();
         List<ByteBuffer> buffers = res.getMessageBufferList();
         for (int i = 0; i < buffers.size() && next < to; i++) {
           MessageExt m = MessageDecoder.decode(buffers.get(i), true, false);
-          m.setQueueOffset(offsets.get(i));
+          m.setQueueOffset(LINE.queueOffset(res, i, m));
           msgs.add(m);
-          next = offsets.get(i) + 1;
+          next = m.getQueueOffset() + 1;
         }
       } finally {
         res.release();
