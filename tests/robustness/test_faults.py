@@ -14,6 +14,10 @@ import pytest
 from jobs.reconcile import FAULT_ENV, main
 from tests.robustness.store import TABLES, T, comparable, half, op, read_table, rows_of, write
 
+# Real processes killed mid-write and two concurrent runs: minutes of JVM starts, so their own
+# suite (`make test-faults`, run by .ci/run), outside `make test`.
+pytestmark = pytest.mark.faults
+
 ROOT = Path(__file__).resolve().parents[2]
 HOUR = 3_600_000
 
