@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
+from connectors.delta import LOCK_NAME
 from connectors.rocketmq.simulation import DEFAULT_END_MS
 from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from jobs.package import ENTRY_NAME, ZIP_NAME
@@ -391,8 +392,9 @@ def test_nothing_written_outside_the_output(runs: Runs) -> None:
     assert runs.checkout_after == runs.checkout_before
     assert runs.stores_after == runs.stores_before
     for submitted in (runs.cluster, runs.local):
+        # The commit lock (docs/decisions.md, concurrent processes) is a flock file: it stays.
         assert sorted(p.name for p in submitted.output.iterdir()) == sorted(
-            [*TABLES, "offset_fragments"]
+            [*TABLES, "offset_fragments", LOCK_NAME]
         )
 
 
