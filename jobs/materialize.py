@@ -1,0 +1,61 @@
+"""How the job materialises a round: the one place that decides what is cached, what is
+brought to the driver, and whether the records from h0 are broadcast.
+
+``transforms.round`` asks a ``Materializer`` at those points and never decides itself, so
+the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
+``transforms.round.LAZY``, the identity).
+"""
+
+from __future__ import annotations
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+
+# Up to this many records from h0, the round's joins broadcast them (the usual case: the
+# committed offset is near the end of the queue); beyond it, Spark shuffles as usual.
+BROADCAST_ROWS = 2_000_000
+# A per-queue frame brought to the driver has one row per (broker, queue) or
+# (broker, topic, queue): a broker has at most a few thousand queues. More rows than this
+# means a record-level frame reached the driver by mistake: the run fails instead of
+# filling the driver's memory.
+MAX_QUEUE_ROWS = 100_000
+
+
+class DriverRowsError(RuntimeError):
+    """A frame said to be per-queue had more rows than any set of queues has."""
+
+
+class SparkMaterializer:
+    """Caches record-level frames (memory, spilling to disk), localises per-queue frames,
+    and counts the records from h0 to choose broadcast or shuffle."""
+
+    def __init__(
+        self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
+    ) -> None:
+        self.broadcast_rows = broadcast_rows
+        self.max_queue_rows = max_queue_rows
+        self._cached: list[DataFrame] = []
+
+    def records(self, frame: DataFrame) -> DataFrame:
+        cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(cached)
+        return cached
+
+    def per_queue(self, frame: DataFrame) -> DataFrame:
+        """Bring a per-queue frame to the driver and back as a local relation. Without it,
+        every later join re-plans the aggregates that produced it, and each broadcast of
+        it is a Spark job of its own (a small round took hundreds of stages)."""
+        rows = frame.limit(self.max_queue_rows + 1).collect()  # O(queues), asserted below
+        if len(rows) > self.max_queue_rows:
+            raise DriverRowsError(
+                f"a per-queue frame has more than {self.max_queue_rows} rows; not collected"
+            )
+        return frame.sparkSession.createDataFrame(rows, frame.schema)
+
+    def is_small(self, frame: DataFrame) -> bool:
+        return frame.count() <= self.broadcast_rows
+
+    def release(self) -> None:
+        for frame in self._cached:
+            frame.unpersist()
+        self._cached.clear()
