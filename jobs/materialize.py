@@ -43,14 +43,17 @@ class SparkMaterializer:
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """Bring a per-queue frame to the driver and back as a local relation. Without it,
-        every later join re-plans the aggregates that produced it, and each broadcast of
-        it is a Spark job of its own (a small round took hundreds of stages)."""
-        rows = frame.limit(self.max_queue_rows + 1).collect()  # O(queues), asserted below
-        if len(rows) > self.max_queue_rows:
+        every later join re-plans the aggregates that produced it (a small round took
+        hundreds of stages). Through Arrow, the frame comes back as a ``LocalRelation``
+        (not a parallelised RDD): Spark broadcasts or joins it without a job of its own,
+        and the types come back exactly (no pandas float for a nullable long)."""
+        table = frame.toArrow()  # one row per queue, checked below
+        if table.num_rows > self.max_queue_rows:
             raise DriverRowsError(
-                f"a per-queue frame has more than {self.max_queue_rows} rows; not collected"
+                f"a per-queue frame has {table.num_rows} rows, more than any set of queues"
+                f" ({self.max_queue_rows}): a record-level frame was taken for a per-queue one"
             )
-        return frame.sparkSession.createDataFrame(rows, frame.schema)
+        return frame.sparkSession.createDataFrame(table, schema=frame.schema)
 
     def is_small(self, frame: DataFrame) -> bool:
         return frame.count() <= self.broadcast_rows

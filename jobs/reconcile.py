@@ -646,6 +646,18 @@ def bad_records_line(count: int, output_root: str, run_id: str) -> str:
     )
 
 
+def round_totals(queues: DataFrame) -> tuple[int, int]:
+    """(bad records, unresolved records from h0) summed over a round's per-queue rows."""
+    from schemas.outputs import CLASSES, RESOLVED
+
+    unresolved = [name for name in CLASSES if name != RESOLVED]
+    rows = queues.select("bad_records", *unresolved).collect()  # one row per queue
+    return (
+        sum(row["bad_records"] for row in rows),
+        sum(row[name] for row in rows for name in unresolved),
+    )
+
+
 PHASE_PREFIX = "rmq-txn-reconcile: "
 
 
@@ -715,8 +727,10 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     _phase(spark, "resolve and classify")
     state = _round(inputs, config, as_of, args.run_id).persist()
     params = state.params
-    bad = state.bad_records.count()
-    pending = state.pending.count()
+    # Both totals from the per-queue rows the round already brought to the driver: every
+    # bad record and every unresolved record from h0 is counted in one queue's row, so no
+    # Spark job counts them again.
+    bad, pending = round_totals(state.queues)
     progress(
         f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records"
     )
