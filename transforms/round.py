@@ -218,7 +218,8 @@ def classify_round(
         bad_record_counts(bad_records),
         queue_notes(note_rows),
     )
-    return RoundState(pending, m.per_queue(queues), bad_records, params, m)
+    # Left lazy: its consumer materialises it once (the job adds its warnings first).
+    return RoundState(pending, queues, bad_records, params, m)
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:
