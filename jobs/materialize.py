@@ -8,6 +8,8 @@ the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
 
 from __future__ import annotations
 
+import re
+
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
@@ -19,6 +21,30 @@ BROADCAST_ROWS = 2_000_000
 # means a record-level frame reached the driver by mistake: the run fails instead of
 # filling the driver's memory.
 MAX_QUEUE_ROWS = 100_000
+
+
+# Operators that keep a plan "narrow": each output row is computed from one input row.
+_NARROW = {"Project", "Filter"}
+# Leaves that hold data already materialised (cached, or local rows in the plan).
+_MATERIALISED = {"InMemoryRelation", "LocalRelation"}
+_OPERATOR = re.compile(r"^[\s:|+\-]*(\w+)")
+
+
+def is_narrow_over_cache(frame: DataFrame) -> bool:
+    """Whether ``frame``'s optimised plan is only projections and filters above one
+    materialised leaf. Read from the plan's tree string: the operators printed before the
+    first leaf are the path from the root to it (a join or union would print first)."""
+    plan = frame._jdf.queryExecution().optimizedPlan().toString()
+    for line in plan.splitlines():
+        match = _OPERATOR.match(line)
+        if match is None:
+            return False
+        name = match.group(1)
+        if name in _MATERIALISED:
+            return True
+        if name not in _NARROW:
+            return False
+    return False
 
 
 class DriverRowsError(RuntimeError):
@@ -37,6 +63,12 @@ class SparkMaterializer:
         self._cached: list[DataFrame] = []
 
     def records(self, frame: DataFrame) -> DataFrame:
+        """Cache a frame several stages read, unless it is only a projection or filter of
+        data that is cached already (the store reader's records when every queue offset
+        is unique): recomputing it is a scan of that cache, and a second copy of every
+        record would double the round's memory."""
+        if is_narrow_over_cache(frame):
+            return frame
         cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
         self._cached.append(cached)
         return cached

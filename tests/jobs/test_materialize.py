@@ -41,3 +41,17 @@ def test_release_unpersists_what_records_cached(spark: SparkSession) -> None:
     assert cached.is_cached
     materializer.release()
     assert not cached.is_cached
+
+
+def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession) -> None:
+    records = spark.range(10).withColumnRenamed("id", "queue_offset").persist()
+    try:
+        narrow = records.filter("queue_offset > 2").selectExpr("queue_offset * 2 AS doubled")
+        assert SparkMaterializer().records(narrow) is narrow
+        assert not narrow.is_cached
+        aggregated = narrow.groupBy().count()
+        materializer = SparkMaterializer()
+        assert materializer.records(aggregated).is_cached
+        materializer.release()
+    finally:
+        records.unpersist()
