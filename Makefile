@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-faults
+.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-faults
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -102,6 +102,9 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP) ## Benchmark 1M/4M/16M x3 + scale-out into docs/benchmarks.md (long; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m ...)
+	$(BIN)/python -m bench.small $(BENCH_ARGS)
 
 bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)
 	$(BIN)/python -m bench.writers $(BENCH_ARGS)

@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # spark-submit jobs/reconcile.py: make the projec
 # PYSPARK_PYTHON wins; a session started earlier keeps its workers (probe_workers says so).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.errors import InputError
@@ -207,9 +207,6 @@ class Inputs:
     notes: DataFrame
     identity: list[str]  # for the default run id
     release: Callable[[], None] | None = None  # set when the reader already caches its output
-    unique_offsets: Column | bool | None = (
-        None  # records whose queue offset cannot repeat (store reader)
-    )
     # (broker, offsets file used, why the usual file was not used or None), for warnings
     offsets_files: tuple[tuple[str, str, str | None], ...] = ()
 
@@ -230,7 +227,6 @@ class Inputs:
             self.notes,
             self.identity,
             release,
-            self.unique_offsets,
             self.offsets_files,
         )
 
@@ -256,7 +252,6 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
         notes,
         identity,
         read.unpersist,
-        read.unique_offsets,
         read.offsets_files,
     )
 
@@ -356,6 +351,7 @@ def _params(config: JobConfig, as_of_ms: int, run_id: str):
 
 
 def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | None):
+    from jobs.materialize import SparkMaterializer
     from transforms.round import classify_round
 
     as_of_ms = resolve_as_of(as_of, inputs.messages)
@@ -366,7 +362,7 @@ def _round(inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | No
         _params(config, as_of_ms, run_id),
         bad_input=inputs.bad_records,
         notes=inputs.notes,
-        unique_offsets=inputs.unique_offsets,
+        materialize=SparkMaterializer(),  # the job's one decision on caching and collecting
     )
     return with_picture_warnings(state, inputs, config)
 
@@ -378,19 +374,19 @@ def with_picture_warnings(state, inputs: Inputs, config: JobConfig):
     from dataclasses import replace
 
     from transforms.offsets import with_missing_offset_warnings
-    from transforms.round import localize
     from transforms.staleness import newest_records, stale_after_ms, with_stale_store_warning
 
     as_of_ms = state.params.as_of_ms
     limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
-    newest = localize(newest_records(inputs.messages, as_of_ms))  # one row per broker
+    per_queue = state.materialize.per_queue
+    newest = per_queue(newest_records(inputs.messages, as_of_ms))  # one row per broker
     files = inputs.messages.sparkSession.createDataFrame(
         list(inputs.offsets_files), "broker string, offsets_file string, offsets_note string"
     )
     queues = with_missing_offset_warnings(state.queues, files).transform(
         with_stale_store_warning, newest, as_of_ms, limit, state.params.reserved_ms
     )
-    return replace(state, queues=localize(queues))
+    return replace(state, queues=per_queue(queues))
 
 
 def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:
@@ -650,6 +646,18 @@ def bad_records_line(count: int, output_root: str, run_id: str) -> str:
     )
 
 
+def round_totals(queues: DataFrame) -> tuple[int, int]:
+    """(bad records, unresolved records from h0) summed over a round's per-queue rows."""
+    from schemas.outputs import CLASSES, RESOLVED
+
+    unresolved = [name for name in CLASSES if name != RESOLVED]
+    rows = queues.select("bad_records", *unresolved).collect()  # one row per queue
+    return (
+        sum(row["bad_records"] for row in rows),
+        sum(row[name] for row in rows for name in unresolved),
+    )
+
+
 PHASE_PREFIX = "rmq-txn-reconcile: "
 
 
@@ -719,8 +727,10 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     _phase(spark, "resolve and classify")
     state = _round(inputs, config, as_of, args.run_id).persist()
     params = state.params
-    bad = state.bad_records.count()
-    pending = state.pending.count()
+    # Both totals from the per-queue rows the round already brought to the driver: every
+    # bad record and every unresolved record from h0 is counted in one queue's row, so no
+    # Spark job counts them again.
+    bad, pending = round_totals(state.queues)
     progress(
         f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records"
     )

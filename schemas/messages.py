@@ -101,6 +101,11 @@ UNUSED_BY_ROUND = (
     "magic_version",
 )
 
+# The round's uniqueness flag (a column of the store reader's lean records): true for a
+# record whose queue offset cannot repeat (reached through a consume queue), so the round
+# skips its duplicate check; records without the column are checked.
+OFFSET_UNIQUE = "offset_unique"
+
 LEAN_MESSAGE = T.StructType(
     [f for f in SOURCED_MESSAGE.fields if f.name not in UNUSED_BY_ROUND]
     + [T.StructField(name, T.StringType()) for name in PROPERTY_COLUMNS.values()]

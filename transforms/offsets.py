@@ -8,6 +8,8 @@ from pyspark.sql import functions as F
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 from transforms.messages import QUEUE_KEY, stored_before
+from transforms.ops import OP_OFFSET, is_remove_op, largest_named_offset
+from transforms.params import RoundParams
 
 TOPIC_QUEUE_KEY = ["broker", "topic", "queue_id"]
 TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
@@ -153,3 +155,99 @@ def with_missing_offset_warnings(queues: DataFrame, files: DataFrame) -> DataFra
         lambda warning: warning.isNotNull(),
     )
     return joined.withColumn("warnings", F.concat(F.col("warnings"), found)).select(*queues.columns)
+
+
+# -- where the round ends: h1, h_safe (half queue), p1, p_safe (op queue) ------------------
+
+
+def round_starts(readable: DataFrame, committed: DataFrame, as_of_ms: int) -> DataFrame:
+    """h0 and p0 of every queue of the domain (``queue_starts`` columns), from the readable
+    records (any store time) and the committed offsets."""
+    bounds = queue_bounds(readable, as_of_ms)
+    starts = start_offsets(queue_domain(bounds, committed), bounds, committed)
+    return queue_starts(starts)
+
+
+def with_h1(starts: DataFrame, stops: DataFrame) -> DataFrame:
+    """``starts`` plus ``stop_offset`` (the smallest too-young offset from h0, from
+    ``stops``; null when none) and ``h1``: the stop offset, else the half queue's end."""
+    joined = starts.join(stops.select(*QUEUE_KEY, "stop_offset"), QUEUE_KEY, how="left")
+    h1 = F.coalesce(F.col("stop_offset"), F.col("half_end"))
+    return joined.select(*starts.columns, "stop_offset", h1.alias("h1"))
+
+
+def with_h_safe(queues: DataFrame, per_status: DataFrame) -> DataFrame:
+    """``queues`` (with ``h1``) plus the columns of ``per_status`` and ``h_safe``: h1, or
+    the first unresolved record before it (``first_unresolved``) when that is smaller."""
+    extra = [name for name in per_status.columns if name not in QUEUE_KEY]
+    joined = queues.join(per_status, QUEUE_KEY, how="left")
+    h_safe = F.least(F.col("h1"), F.col("first_unresolved"))
+    return joined.select(*queues.columns, *extra, h_safe.alias("h_safe"))
+
+
+def _op_window(ops: DataFrame, window: DataFrame, stalls: Column) -> DataFrame:
+    """Op records at offsets >= p0: ``broker, queue_id, queue_offset, stalls, p0, op_end,
+    h1, h_safe``."""
+    return (
+        ops.select(*QUEUE_KEY, "queue_offset", stalls.alias("stalls"))
+        .join(F.broadcast(window), QUEUE_KEY, how="inner")
+        .filter(F.col("queue_offset") >= F.col("p0"))
+    )
+
+
+def _first_not_done(ahead: DataFrame, op_items: DataFrame, window: DataFrame) -> DataFrame:
+    """Per queue: the first op offset present from p0 and the first not done with h1,
+    resp. h_safe (an op record is done when its largest named offset is below it)."""
+    # Only op records from p0 on matter: aggregate their items, not the whole op queue's.
+    items_ahead = (
+        op_items.join(F.broadcast(window.select(*QUEUE_KEY, "p0")), QUEUE_KEY, how="inner")
+        .filter(F.col(OP_OFFSET) >= F.col("p0"))
+        .drop("p0")
+    )
+    largest = largest_named_offset(items_ahead).withColumnRenamed(OP_OFFSET, "queue_offset")
+    with_largest = ahead.join(largest, [*QUEUE_KEY, "queue_offset"], how="left")
+    not_done = (F.col("max_named") >= F.col("h1")) | F.col("stalls")
+    not_done_safe = F.col("max_named") >= F.col("h_safe")
+    return with_largest.groupBy(*QUEUE_KEY).agg(
+        F.min("queue_offset").alias("first_present"),
+        F.min(F.when(not_done, F.col("queue_offset"))).alias("first_not_done"),
+        F.min(F.when(not_done_safe, F.col("queue_offset"))).alias("first_not_done_safe"),
+    )
+
+
+def _first_gap(ahead: DataFrame) -> DataFrame:
+    """Per queue, the first gap inside [p0, end): an offset whose predecessor is present
+    and which is not (an anti-join of ``offset + 1``; no window over the queue)."""
+    successors = ahead.select(
+        *QUEUE_KEY, (F.col("queue_offset") + 1).alias("queue_offset"), "op_end"
+    )
+    present = ahead.select(*QUEUE_KEY, "queue_offset")
+    return (
+        successors.join(present, [*QUEUE_KEY, "queue_offset"], how="left_anti")
+        .filter(F.col("queue_offset") < F.col("op_end"))
+        .groupBy(*QUEUE_KEY)
+        .agg(F.min("queue_offset").alias("first_gap"))
+    )
+
+
+def op_offsets(
+    ops: DataFrame, op_items: DataFrame, queues: DataFrame, params: RoundParams
+) -> DataFrame:
+    """``broker, queue_id, p1, p_safe``: the first op offset >= p0 that is missing or not
+    done (with h1, resp. h_safe), else the op queue's end. ``queues`` has ``p0, op_end,
+    h1, h_safe`` per queue."""
+    window = queues.select(*QUEUE_KEY, "p0", "op_end", "h1", "h_safe")
+    # A 4.9 broker never marks an op record of another tag done: its op offset stays there
+    # for good (p1). Passing it loses nothing, so p_safe does not stop there.
+    stalls = F.lit(params.broker_version == "4.9") & ~F.coalesce(is_remove_op(), F.lit(False))
+    ahead = _op_window(ops, window, stalls)
+    result = window.join(_first_not_done(ahead, op_items, window), QUEUE_KEY, how="left").join(
+        _first_gap(ahead), QUEUE_KEY, how="left"
+    )
+    p0_missing = F.col("first_present").isNull() | (F.col("first_present") > F.col("p0"))
+    first_missing = F.when(p0_missing, F.col("p0")).otherwise(F.col("first_gap"))
+    return result.select(
+        *QUEUE_KEY,
+        F.least(first_missing, F.col("first_not_done"), F.col("op_end")).alias("p1"),
+        F.least(first_missing, F.col("first_not_done_safe"), F.col("op_end")).alias("p_safe"),
+    )

@@ -1,26 +1,27 @@
 """The reconciliation round (spec sections 4-6) over any number of brokers and queues.
 
-Two stages, so that a job can persist what several output tables share:
-``classify_round`` resolves and classifies (the heavy joins), ``shape_outputs`` derives
-the six output tables from that state. ``reconcile`` runs both.
+Two steps, so that a job can materialise what several output tables share:
+``classify_round`` composes the stages of ``transforms.round_stages`` (resolution and
+classification, the heavy joins) into a ``RoundState``; ``shape_outputs`` derives the six
+output tables from it. ``reconcile`` runs both.
 
-Scale notes: the round never walks a queue with a window (half queue 0 holds every
-transaction, so a window per queue would be one task). The walk's stop rule becomes an
-aggregate ("the smallest too-young offset"), done-ness of op records becomes a
-comparison with each record's largest named offset, and the first missing op offset is
-an anti-join of ``offset + 1`` against the offsets present.
+Nothing here runs a Spark job by itself. Where the round would profit from caching a
+frame several stages read, from bringing a per-queue frame to the driver, or from
+broadcasting the records from h0, it asks a ``Materializer`` passed in: the job's
+(``jobs.materialize``) caches and collects; ``LAZY`` (tests, notebooks that materialise
+themselves) leaves every frame lazy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP, UNUSED_BY_ROUND
+from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 from schemas.outputs import (
     BAD_RECORD,
     CHECK,
@@ -28,27 +29,13 @@ from schemas.outputs import (
     CONSUME_OFFSETS,
     DISCARD_CHECK_MAX,
     DISCARD_EXPIRED,
-    IMMUNE,
-    NOT_REACHED,
     REASON_CHECK_MAX,
     REASON_EXPIRED,
-    RESOLVED,
     RUN_SUMMARY,
-    TOO_YOUNG,
     half_row_schema,
 )
-from transforms.bad_records import duplicate_records, unparsable_op_items, unparsable_properties
-from transforms.classify import counter_after, with_round_class
-from transforms.messages import (
-    QUEUE_KEY,
-    is_half,
-    is_op,
-    mark_duplicates,
-    offset_msg_id,
-    stored_before,
-    with_half_fields,
-)
-from transforms.offsets import queue_bounds, queue_domain, queue_starts, start_offsets
+from transforms.messages import QUEUE_KEY, is_half, is_op, offset_msg_id, stored_before
+from transforms.offsets import op_offsets, round_starts, with_h1, with_h_safe
 from transforms.operator_fields import (
     attention_counts,
     checks_left,
@@ -57,26 +44,69 @@ from transforms.operator_fields import (
     utc_timestamp,
     with_queue_round_facts,
 )
-from transforms.ops import (
-    OP_OFFSET,
-    explode_op_items,
-    is_remove_op,
-    largest_named_offset,
-    named_offsets,
-    unparsable_items,
-)
+from transforms.ops import explode_op_items
 from transforms.params import RoundParams
-from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
-
-_UNKNOWN_QUEUE = -1
-
-NOTE = T.StructType(
-    [
-        T.StructField("broker", T.StringType()),
-        T.StructField("queue_id", T.IntegerType()),
-        T.StructField("warning", T.StringType()),
-    ]
+from transforms.round_stages import (
+    NOTE,
+    bad_record_counts,
+    classified,
+    in_window_counts,
+    marked_records,
+    no_duplicates,
+    queue_notes,
+    queue_summary,
+    records_from_h0,
+    round_bad_records,
+    round_records,
+    status_counts,
+    stop_offsets,
+    unresolved_from_h0,
+    with_statuses,
 )
+
+
+class Materializer(Protocol):
+    """How a round's shared frames are materialised; decided by the caller (``jobs/``)."""
+
+    def records(self, frame: DataFrame) -> DataFrame:
+        """A record-level frame several stages read (the job caches it)."""
+        ...
+
+    def per_queue(self, frame: DataFrame) -> DataFrame:
+        """A frame of one row per queue (or broker) that many joins read (the job brings
+        it to the driver and back as a local relation)."""
+        ...
+
+    def is_small(self, frame: DataFrame) -> bool:
+        """Whether the records from h0 may be broadcast (else Spark shuffles)."""
+        ...
+
+    def release(self) -> None:
+        """Free whatever ``records`` cached."""
+        ...
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """The identity ``Materializer``: every frame stays lazy; ``small`` answers
+    ``is_small`` (both answers give the same round)."""
+
+    small: bool = False
+
+    def records(self, frame: DataFrame) -> DataFrame:
+        return frame
+
+    def per_queue(self, frame: DataFrame) -> DataFrame:
+        return frame
+
+    def is_small(self, frame: DataFrame) -> bool:
+        return self.small
+
+    def release(self) -> None:
+        return None
+
+
+LAZY = Lazy()
 
 
 @dataclass(frozen=True)
@@ -89,24 +119,21 @@ class RoundState:
         queues: one row per (broker, queue_id) of the domain: committed offsets,
             h0/h1/h_safe, p0/p1/p_safe, class counts, warnings.
         bad_records: ``schemas.outputs.BAD_RECORD`` rows (reader's and round's).
+        materialize: what materialised the round's frames (``unpersist`` releases them).
     """
 
     pending: DataFrame
     queues: DataFrame
     bad_records: DataFrame
     params: RoundParams
-    cached: tuple[DataFrame, ...] = ()  # frames the round itself cached
+    materialize: Materializer = LAZY
 
     def persist(self) -> RoundState:
-        """Materialise the shared record-level state once (a job writes six tables from it).
-        ``bad_records`` is cached by ``classify_round`` already."""
-        return RoundState(
-            self.pending.persist(), self.queues, self.bad_records, self.params, self.cached
-        )
+        """Materialise the unresolved records once (a job writes several tables from them)."""
+        return replace(self, pending=self.materialize.records(self.pending))
 
     def unpersist(self) -> None:
-        for frame in (self.pending, self.bad_records, *self.cached):
-            frame.unpersist()
+        self.materialize.release()
 
 
 @dataclass(frozen=True)
@@ -136,300 +163,63 @@ class RoundOutputs:
         }
 
 
-def _empty_like(frame: DataFrame, schema: T.StructType) -> DataFrame:
-    return frame.sparkSession.createDataFrame([], schema)
-
-
-def _status(h1: Column, stop_offset: Column) -> Column:
-    """Before h1 a record keeps its class; the too-young record at h1 stops the round;
-    everything after it is not reached this round."""
-    offset = F.col("queue_offset")
-    return (
-        F.when(offset < h1, F.col("round_class"))
-        .when(offset == stop_offset, F.lit(TOO_YOUNG))
-        .otherwise(F.lit(NOT_REACHED))
-    )
-
-
-def _op_offsets(
-    ops: DataFrame, op_items: DataFrame, queues: DataFrame, params: RoundParams
-) -> DataFrame:
-    """p1 and p_safe per queue: the first op offset >= p0 that is missing or not done
-    (with h1, resp. h_safe), else the op queue's end."""
-    window = queues.select(*QUEUE_KEY, "p0", "op_end", "h1", "h_safe")
-    # A 4.9 broker never marks an op record of another tag done: its op offset stays there
-    # for good (p1). Passing it loses nothing, so p_safe does not stop there.
-    stalls = F.lit(params.broker_version == "4.9") & ~F.coalesce(is_remove_op(), F.lit(False))
-    ahead = (
-        ops.select(*QUEUE_KEY, "queue_offset", stalls.alias("stalls"))
-        .join(F.broadcast(window), QUEUE_KEY)
-        .filter(F.col("queue_offset") >= F.col("p0"))
-    )
-    # Only op records from p0 on matter: aggregate their items, not the whole op queue's.
-    items_ahead = (
-        op_items.join(F.broadcast(window.select(*QUEUE_KEY, "p0")), QUEUE_KEY)
-        .filter(F.col(OP_OFFSET) >= F.col("p0"))
-        .drop("p0")
-    )
-    largest = largest_named_offset(items_ahead).withColumnRenamed(OP_OFFSET, "queue_offset")
-    with_largest = ahead.join(largest, [*QUEUE_KEY, "queue_offset"], how="left")
-    first = with_largest.groupBy(*QUEUE_KEY).agg(
-        F.min("queue_offset").alias("first_present"),
-        F.min(
-            F.when((F.col("max_named") >= F.col("h1")) | F.col("stalls"), F.col("queue_offset"))
-        ).alias("first_not_done"),
-        F.min(F.when(F.col("max_named") >= F.col("h_safe"), F.col("queue_offset"))).alias(
-            "first_not_done_safe"
-        ),
-    )
-    # A gap inside [p0, end): an offset whose predecessor is present and which is not.
-    successors = ahead.select(
-        *QUEUE_KEY, (F.col("queue_offset") + 1).alias("queue_offset"), "op_end"
-    )
-    gaps = (
-        successors.join(
-            ahead.select(*QUEUE_KEY, "queue_offset"), [*QUEUE_KEY, "queue_offset"], how="left_anti"
-        )
-        .filter(F.col("queue_offset") < F.col("op_end"))
-        .groupBy(*QUEUE_KEY)
-        .agg(F.min("queue_offset").alias("first_gap"))
-    )
-    result = window.join(first, QUEUE_KEY, how="left").join(gaps, QUEUE_KEY, how="left")
-    p0_missing = F.col("first_present").isNull() | (F.col("first_present") > F.col("p0"))
-    first_missing = F.when(p0_missing, F.col("p0")).otherwise(F.col("first_gap"))
-    return result.select(
-        *QUEUE_KEY,
-        F.least(first_missing, F.col("first_not_done"), F.col("op_end")).alias("p1"),
-        F.least(first_missing, F.col("first_not_done_safe"), F.col("op_end")).alias("p_safe"),
-    )
-
-
-# Up to this many records from h0, the round's joins broadcast them (the usual case: the
-# committed offset is near the end of the queue); beyond it, Spark shuffles as usual.
-BROADCAST_ROWS = 2_000_000
-
-
-def _is_small(frame: DataFrame) -> bool:
-    """Whether a (cached) frame is small enough to broadcast; costs one count."""
-    return frame.count() <= BROADCAST_ROWS
-
-
-def lean_records(messages: DataFrame, params: RoundParams) -> DataFrame:
-    """Half and op records with the derived half fields and transaction key, without the
-    columns no later step reads. Half bodies are kept only with ``include_body``."""
-    records = messages.filter(is_half() | is_op())
-    with_fields = with_transaction_key(with_half_fields(records))
-    body = F.col("body") if params.include_body else F.when(is_op(), F.col("body"))
-    return with_fields.drop(*UNUSED_BY_ROUND).withColumn("body", body)
-
-
-def localize(per_queue: DataFrame) -> DataFrame:
-    """Bring a per-queue frame to the driver and back as a local relation.
-
-    Only for frames with one row per (broker, queue) or (broker, topic, queue): never
-    proportional to the records. Without it, every later join re-plans the aggregates
-    that produced the frame, and each broadcast of it is a Spark job of its own; a small
-    round took hundreds of stages.
-    """
-    rows = per_queue.collect()  # one row per queue: never proportional to the records
-    return per_queue.sparkSession.createDataFrame(rows, per_queue.schema)
-
-
 def classify_round(
     messages: DataFrame,
     committed_offsets: DataFrame,
     params: RoundParams,
     bad_input: DataFrame | None = None,
     notes: DataFrame | None = None,
-    unique_offsets: Column | bool | None = None,
+    *,
+    materialize: Materializer,
 ) -> RoundState:
     """Resolve and classify every half record of every queue in ``messages``.
 
-    Runs the few Spark jobs that settle per-queue state (start offsets, stop offsets,
-    safe offsets); the record-level results stay lazy frames.
-
     Args:
-        messages: readable records (``SOURCED_MESSAGE``) of the half and op topics, any
-            store time, duplicates allowed.
+        messages: readable records (``SOURCED_MESSAGE``, or the store reader's lean
+            records) of the half and op topics, any store time, duplicates allowed; an
+            ``offset_unique`` column (the store reader's) spares its records the
+            duplicate check.
         committed_offsets: ``COMMITTED_OFFSET`` rows.
         params: T, run id, broker configuration.
         bad_input: ``BAD_RECORD`` rows the readers produced (optional).
         notes: reader warnings (``NOTE``: broker, queue_id or null for the whole broker,
             warning), shown in ``run_summary.warnings``.
-        unique_offsets: records whose queue offset cannot repeat (from the store reader):
-            a condition, or True for all records; they skip the duplicate check. With True,
-            ``messages`` must be cached by the caller: the round then adds no cache of
-            every record.
+        materialize: caching, per-queue collection and the broadcast choice. The result
+            does not depend on it, but a whole round needs one that cuts the lineage of
+            its per-queue frames: with ``LAZY`` each consumer of a per-queue frame inlines
+            the plan that made it, and the plan grows past what a driver can optimise
+            (a worked case ran out of a 1 GiB heap). ``LAZY`` suits single stages.
     """
-    as_of = params.as_of_ms
-    lean = lean_records(messages, params)
-    if unique_offsets is True:
-        # Nothing to deduplicate and the input is cached: each step computes the few
-        # derived columns it reads, which is cheaper than caching every record again.
-        marked = lean.withColumn("duplicate_of", F.lit(None).cast(T.LongType()))
-        cached_records: tuple[DataFrame, ...] = ()
-    else:
-        # Every later step reads this one narrow, deduplicated frame: cached so that the
-        # per-queue aggregates, the joins and the bad records do not each redo the
-        # duplicate check (a shuffle of every record) and the property lookups.
-        unique = unique_offsets if isinstance(unique_offsets, Column) else None
-        marked = mark_duplicates(lean, unique).persist(StorageLevel.MEMORY_AND_DISK)
-        cached_records = (marked,)
-    readable = marked.filter(F.col("duplicate_of").isNull()).drop("duplicate_of")
-    current = readable.filter(stored_before(as_of))
-
-    half = current.filter(is_half())
-    ops = current.filter(is_op())
-    # Op bodies are split and parsed once: three consumers (named offsets, done-ness of
-    # op records, unparsable items).
-    op_items = explode_op_items(ops).persist(StorageLevel.MEMORY_AND_DISK)
-
-    bounds = queue_bounds(readable, as_of)
-    starts = localize(
-        queue_starts(
-            start_offsets(queue_domain(bounds, committed_offsets), bounds, committed_offsets)
-        )
+    m = materialize
+    # Every later stage reads the deduplicated records: materialised once so that the
+    # duplicate check and the property lookups are not redone per consumer.
+    marked = m.records(marked_records(round_records(messages, params)))
+    readable = no_duplicates(marked)
+    current = readable.filter(stored_before(params.as_of_ms))
+    half, ops = current.filter(is_half()), current.filter(is_op())
+    # Op bodies are split and parsed once: named offsets, done-ness, unparsable items.
+    op_items = m.records(explode_op_items(ops))
+    starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
+    # Only records from h0 on are classified, and only their transactions resolved.
+    from_h0 = m.records(records_from_h0(half, starts))
+    unresolved = unresolved_from_h0(half, op_items, from_h0, small=m.is_small(from_h0))
+    # Materialised: the stop offsets are aggregated from them before statuses are set.
+    candidates = m.records(classified(unresolved, params))
+    h1s = m.per_queue(with_h1(starts, stop_offsets(candidates)))
+    pending = with_statuses(candidates, h1s)
+    safe = m.per_queue(with_h_safe(h1s, status_counts(pending, params)))
+    offsets = safe.join(op_offsets(ops, op_items, safe, params), QUEUE_KEY, how="left")
+    # Found once: counted per queue below, then counted and written by the job.
+    bad_records = m.records(round_bad_records(marked, op_items, half, bad_input))
+    note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
+    queues = queue_summary(
+        offsets,
+        in_window_counts(half, safe),
+        bad_record_counts(bad_records),
+        queue_notes(note_rows),
     )
-
-    # Only records from h0 on can be classified, and only their transactions need
-    # resolving: the round resolves those few transactions instead of the whole queue.
-    from_h0 = (
-        half.join(F.broadcast(starts.select(*QUEUE_KEY, "h0")), QUEUE_KEY)
-        .filter(F.col("queue_offset") >= F.col("h0"))
-        .drop("h0")
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    unresolved = unresolved_half(
-        from_h0,
-        resolved_transactions(half, named_offsets(op_items), of=from_h0, small=_is_small(from_h0)),
-    )
-    # Cached because the stop offsets are aggregated from them before the statuses are
-    # assigned.
-    candidates = unresolved.transform(with_round_class, params).persist()
-    stops = (
-        candidates.filter(F.col("round_class") == TOO_YOUNG)
-        .groupBy(*QUEUE_KEY)
-        .agg(F.min("queue_offset").alias("stop_offset"))
-    )
-    with_h1 = localize(
-        starts.join(stops, QUEUE_KEY, how="left").withColumn(
-            "h1", F.coalesce(F.col("stop_offset"), F.col("half_end"))
-        )
-    )
-    status = _status(F.col("h1"), F.col("stop_offset"))
-    pending = (
-        candidates.join(F.broadcast(with_h1.select(*QUEUE_KEY, "h1", "stop_offset")), QUEUE_KEY)
-        .withColumn("status", status)
-        .withColumn("counter_after", counter_after(F.col("status")))
-        .drop("h1", "stop_offset", "round_class")
-    )
-
-    # Every unresolved record before h1 bounds h_safe, discards included (spec 2026-11-23):
-    # this job writes neither put-back copies nor TRANS_CHECK_MAX_TIME_TOPIC, so installing
-    # an offset past any of them would lose it (a wrong --as-of can make all of them
-    # "expired").
-    before_h1 = F.col("status").isin(CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED)
-    per_status = pending.groupBy(*QUEUE_KEY).agg(
-        *[
-            F.count(F.when(F.col("status") == name, 1)).alias(name)
-            for name in CLASSES
-            if name != RESOLVED
-        ],
-        F.min(F.when(before_h1, F.col("queue_offset"))).alias("first_unresolved"),
-        # For the discard forecast: the first put-back whose copy the broker does not
-        # discard on sight (its fresh copy ends the broker's loop).
-        F.min(
-            F.when(
-                F.col("status").isin(CHECK, IMMUNE) & (F.col("counter_after") < params.check_max),
-                F.col("queue_offset"),
-            )
-        ).alias("first_live_copy"),
-    )
-    with_safe = localize(
-        with_h1.join(per_status, QUEUE_KEY, how="left").withColumn(
-            "h_safe", F.least(F.col("h1"), F.col("first_unresolved"))
-        )
-    )
-    in_window = (
-        half.select(*QUEUE_KEY, "queue_offset")
-        .join(F.broadcast(with_safe.select(*QUEUE_KEY, "h0", "h1")), QUEUE_KEY)
-        .filter((F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1")))
-        .groupBy(*QUEUE_KEY)
-        .agg(F.count(F.lit(1)).alias("in_window"))
-    )
-
-    bad_parts = [
-        duplicate_records(marked),
-        unparsable_op_items(unparsable_items(op_items), OP_TOPIC),
-        unparsable_properties(half),
-    ]
-    if bad_input is not None:
-        bad_parts.insert(0, bad_input.select(*BAD_RECORD.fieldNames()))
-    bad_records = bad_parts[0]
-    for part in bad_parts[1:]:
-        bad_records = bad_records.unionByName(part)
-    # Counted per queue below, then counted and written by the job: found once (finding
-    # them scans every record).
-    bad_records = bad_records.persist(StorageLevel.MEMORY_AND_DISK)
-
-    queues = with_safe.join(
-        _op_offsets(ops, op_items, with_safe, params), QUEUE_KEY, how="left"
-    ).join(in_window, QUEUE_KEY, how="left")
-    # Bad records and reader notes of queues outside the domain (e.g. a queue whose only
-    # record is unreadable, or a corrupt commit-log region with no queue) still get a
-    # summary row: nothing is dropped silently.
-    # A null queue id (unknown queue) would never match in a join: stand it in by -1
-    # (no real queue id is negative) so that one row carries both counts and notes.
-    unknown_as_sentinel = F.coalesce(F.col("queue_id"), F.lit(_UNKNOWN_QUEUE)).alias("queue_id")
-    bad_counts = (
-        bad_records.select("broker", unknown_as_sentinel)
-        .groupBy(*QUEUE_KEY)
-        .agg(F.count(F.lit(1)).alias("bad_records"))
-    )
-    note_rows = notes if notes is not None else _empty_like(messages, NOTE)
-    queue_notes = (
-        note_rows.select("broker", unknown_as_sentinel, "warning")
-        .groupBy(*QUEUE_KEY)
-        .agg(F.array_sort(F.collect_list("warning")).alias("queue_notes"))
-    )
-    queues = (
-        queues.join(bad_counts, QUEUE_KEY, how="full")
-        .join(queue_notes, QUEUE_KEY, how="full")
-        .withColumn("queue_id", F.when(F.col("queue_id") != _UNKNOWN_QUEUE, F.col("queue_id")))
-    )
-    counts = {
-        name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in CLASSES if name != RESOLVED
-    }
-    resolved = F.coalesce(F.col("in_window"), F.lit(0)) - sum(
-        (counts[name] for name in (CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED)), F.lit(0)
-    )
-    queues = queues.select(
-        *QUEUE_KEY,
-        "h_committed",
-        "h0",
-        "h1",
-        "h_safe",
-        "p_committed",
-        "p0",
-        "p1",
-        "p_safe",
-        F.when(F.col("h0").isNotNull(), resolved).otherwise(F.lit(0)).cast("long").alias(RESOLVED),
-        *[column.alias(name) for name, column in counts.items()],
-        F.coalesce(F.col("bad_records"), F.lit(0)).cast("long").alias("bad_records"),
-        F.concat(
-            F.coalesce(F.col("offset_warnings"), F.array().cast("array<string>")),
-            F.coalesce(F.col("queue_notes"), F.array().cast("array<string>")),
-        ).alias("warnings"),
-        F.col("stop_offset").alias("stopped_at"),
-        "first_live_copy",
-    )
-    return RoundState(
-        pending=pending,
-        queues=localize(queues),
-        bad_records=bad_records,
-        params=params,
-        cached=(candidates, from_h0, op_items, bad_records, *cached_records),
-    )
+    # Left lazy: its consumer materialises it once (the job adds its warnings first).
+    return RoundState(pending, queues, bad_records, params, m)
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:
@@ -574,6 +364,8 @@ def reconcile(
     params: RoundParams,
     bad_input: DataFrame | None = None,
     notes: DataFrame | None = None,
+    *,
+    materialize: Materializer,
 ) -> RoundOutputs:
     """Run one round over decoded half and op records of any number of brokers.
 
@@ -584,8 +376,13 @@ def reconcile(
         params: as-of time, run id and broker configuration.
         bad_input: ``schemas.outputs.BAD_RECORD`` rows the readers already produced.
         notes: reader warnings for ``run_summary.warnings`` (``NOTE`` schema).
+        materialize: see ``classify_round``.
 
     Returns:
         The six output DataFrames; nothing is written.
     """
-    return shape_outputs(classify_round(messages, committed_offsets, params, bad_input, notes))
+    return shape_outputs(
+        classify_round(
+            messages, committed_offsets, params, bad_input, notes, materialize=materialize
+        )
+    )

@@ -41,6 +41,7 @@ from schemas.messages import (
     COMMITTED_OFFSET,
     HALF_TOPIC,
     LEAN_MESSAGE,
+    OFFSET_UNIQUE,
     OP_TOPIC,
     PROPERTY_COLUMNS,
     SOURCED_MESSAGE,
@@ -145,10 +146,6 @@ class StoreRead:
     notes: list[tuple[str, int | None, str]]
     # The persisted one-pass DataFrame both of the above are cut from (``unpersist`` frees it).
     combined: DataFrame | None = field(default=None, repr=False, compare=False)
-    # Which records' queue offsets cannot repeat (see ``unique_offset_queues``): True for
-    # all, a condition, or None (check every record). The round skips its duplicate check
-    # for them.
-    unique_offsets: Column | bool | None = field(default=None, repr=False, compare=False)
     # Per broker, the offsets file used and why the usual one was not
     # (``offsets_file.StoreOffsets``): the round names them in its warnings per queue.
     offsets_files: tuple[tuple[str, str, str | None], ...] = ()
@@ -414,20 +411,22 @@ def unique_offset_queues(units: Sequence[Unit]) -> list[tuple[str, str, int]]:
     return unique
 
 
-def _queue_condition(units: Sequence[Unit]) -> Column | bool | None:
-    """True when every record's queue offset is unique by construction, a condition when
-    only some queues' are, else None."""
+def offset_unique_flag(units: Sequence[Unit]) -> Column:
+    """The round's ``offset_unique`` column: true for records whose queue offset cannot
+    repeat (``unique_offset_queues``). A literal when it is the same for every record, so
+    that Spark's optimizer drops the duplicate check's branch it never needs."""
     queues = unique_offset_queues(units)
     if not queues:
-        return None
+        return F.lit(False)
     if not any(isinstance(u, ScanUnit) for u in units) and len(queues) == len(
         {(u.broker, u.topic, u.queue_id) for u in units}
     ):
-        return True
+        return F.lit(True)
     key = F.concat_ws("\u0000", F.col("broker"), F.col("topic"), F.col("queue_id").cast("string"))
-    return key.isin(
+    flag = key.isin(
         [f"{broker}\u0000{topic}\u0000{queue_id}" for broker, topic, queue_id in queues]
     )
+    return F.coalesce(flag, F.lit(False))
 
 
 def _repeat(value: str, n: int) -> pa.Array:
@@ -832,7 +831,10 @@ def read_stores(
     )
     combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
     message_schema = LEAN_MESSAGE if lean else SOURCED_MESSAGE
-    messages = combined.where(F.col("reason").isNull()).select(*message_schema.fieldNames())
+    # The lean records are the round's input contract: what it reads, and whether each
+    # record's queue offset can repeat (``transforms.round_stages.OFFSET_UNIQUE``).
+    flag = [offset_unique_flag(units).alias(OFFSET_UNIQUE)] if lean else []
+    messages = combined.where(F.col("reason").isNull()).select(*message_schema.fieldNames(), *flag)
     bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
     committed_offsets = spark.createDataFrame(committed, COMMITTED_OFFSET)
     return StoreRead(
@@ -841,6 +843,5 @@ def read_stores(
         committed_offsets=committed_offsets,
         notes=notes,
         combined=combined,
-        unique_offsets=_queue_condition(units),
         offsets_files=tuple(offsets_files),
     )

@@ -11,6 +11,7 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.materialize import SparkMaterializer
 from schemas.messages import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID
 from tests.transforms.builders import BORN_HOST, T, committed, frame, half, params
 from transforms.round import RoundOutputs, reconcile
@@ -56,7 +57,9 @@ def forecast_round(spark: SparkSession) -> RoundOutputs:
         half(0, 60 * S, counter=15, queue=4),
         half(1, 30 * S, immunity=60, counter=4, queue=4),
     ]
-    return reconcile(frame(spark, records), committed(spark, []), params())
+    return reconcile(
+        frame(spark, records), committed(spark, []), params(), materialize=SparkMaterializer()
+    )
 
 
 def _select(frame_: DataFrame, ddl: str) -> DataFrame:

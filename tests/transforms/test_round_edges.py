@@ -8,6 +8,7 @@ from typing import Any
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.materialize import SparkMaterializer
 from schemas.messages import HALF_TOPIC, OP_TOPIC
 from tests.reference import KIND_DUPLICATE, KIND_OP_BODY, reason_kind
 from tests.transforms.builders import committed, frame, half, op, params
@@ -18,7 +19,9 @@ S = 1_000
 
 
 def reconcile_round(spark: SparkSession, records: list[dict[str, Any]]) -> RoundOutputs:
-    return reconcile(frame(spark, records), committed(spark, []), params())
+    return reconcile(
+        frame(spark, records), committed(spark, []), params(), materialize=SparkMaterializer()
+    )
 
 
 def _rows(spark: SparkSession, rows: list[dict[str, Any]], ddl: str) -> DataFrame:
@@ -82,7 +85,12 @@ def test_broker_version_49_keeps_p1_at_an_op_of_another_tag(spark: SparkSession)
     records = [half(0, 2 * 1000), op(0, "0", tag="x")]
     summary_ddl = "p0 BIGINT, p1 BIGINT, p_safe BIGINT"
     for version, p1 in (("5", 1), ("4.9", 0)):
-        out = reconcile(frame(spark, records), committed(spark, []), params(broker_version=version))
+        out = reconcile(
+            frame(spark, records),
+            committed(spark, []),
+            params(broker_version=version),
+            materialize=SparkMaterializer(),
+        )
         assert_df_equality(
             out.run_summary.select("p0", "p1", "p_safe"),
             _rows(spark, [{"p0": 0, "p1": p1, "p_safe": 1}], summary_ddl),

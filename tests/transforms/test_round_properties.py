@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from jobs.materialize import BROADCAST_ROWS, SparkMaterializer
 from schemas.outputs import CLASSES, HALF_ROW_FIELDS
 from tests import reference
 from tests.transforms.builders import T, committed, frame, params
 from tests.transforms.generators import Case, describe, generate, simpler, with_broker
-from transforms import round as round_module
 from transforms.params import RoundParams
-from transforms.round import reconcile
+from transforms.round import Materializer, reconcile
 
 DEFAULTS = params()
 TIGHT = params(
@@ -91,9 +91,15 @@ def _summary_row(row: dict[str, Any], has_warnings: bool) -> tuple:
 
 
 def actual_tables(
-    spark: SparkSession, records: list[dict], offsets: list[tuple], round_params: RoundParams
+    spark: SparkSession,
+    records: list[dict],
+    offsets: list[tuple],
+    round_params: RoundParams,
+    materialize: Materializer,
 ) -> tuple[Tables, set]:
-    out = reconcile(frame(spark, records), committed(spark, offsets), round_params)
+    out = reconcile(
+        frame(spark, records), committed(spark, offsets), round_params, materialize=materialize
+    )
     tables: Tables = {}
     run_columns: set[tuple] = set()
 
@@ -160,14 +166,17 @@ def _show(table: str, rows: Counter) -> list[str]:
 
 
 def check_batch(
-    spark: SparkSession, batch: list[Case], round_params: RoundParams
+    spark: SparkSession,
+    batch: list[Case],
+    round_params: RoundParams,
+    materialize: Materializer,
 ) -> dict[int, list[str]]:
     """Run all cases in one round; return, per failing case index, what differs."""
     named = [with_broker(case, f"case-{index}") for index, case in enumerate(batch)]
     records = [record for case in named for record in case.records]
     offsets = [row for case in named for row in case.committed]
 
-    actual, run_columns = actual_tables(spark, records, offsets, round_params)
+    actual, run_columns = actual_tables(spark, records, offsets, round_params, materialize)
     expected = expected_tables(records, offsets, round_params)
 
     failures: dict[int, list[str]] = defaultdict(list)
@@ -206,6 +215,7 @@ def shrink(
     case: Case,
     problems: list[str],
     round_params: RoundParams,
+    materialize: Materializer,
     rounds: int = 30,
 ) -> tuple[Case, list[str]]:
     """Greedy one-step simplification, one Spark round per step (see the module docstring)."""
@@ -213,7 +223,7 @@ def shrink(
         candidates = simpler(case)
         if not candidates:
             break
-        failing = check_batch(spark, candidates, round_params)
+        failing = check_batch(spark, candidates, round_params, materialize)
         if not failing:
             break
         smallest = min(
@@ -262,20 +272,19 @@ def test_round_matches_the_reference_on_generated_brokers(
     round_params: RoundParams,
     count: int,
     broadcast: bool,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if not broadcast:
-        # The path for many records from h0 (an offset stalled far back): shuffled joins.
-        monkeypatch.setattr(round_module, "BROADCAST_ROWS", -1)
+    # broadcast=False: the path for many records from h0 (an offset stalled far back),
+    # shuffled joins.
+    materialize = SparkMaterializer(broadcast_rows=BROADCAST_ROWS if broadcast else -1)
     batch = generate(round_params, count)
     assert len(batch) == count
     assert_generator_reaches_the_edges(batch, round_params)
 
-    failing = check_batch(spark, batch, round_params)
+    failing = check_batch(spark, batch, round_params, materialize)
 
     if failing:
         first = min(failing, key=lambda index: len(batch[index].records))
-        minimal, problems = shrink(spark, batch[first], failing[first], round_params)
+        minimal, problems = shrink(spark, batch[first], failing[first], round_params, materialize)
         pytest.fail(
             f"{len(failing)} of {len(batch)} generated brokers differ from the reference "
             f"(T={T}, {round_params}).\nA minimal failing case:\n{describe(minimal)}\nDifferences:\n"

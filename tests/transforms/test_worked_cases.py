@@ -22,6 +22,7 @@ from chispa.schema_comparer import assert_schema_equality
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.materialize import SparkMaterializer
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 from schemas.outputs import (
     BAD_RECORD,
@@ -109,6 +110,7 @@ def worked(spark: SparkSession) -> Outputs:
         committed(spark, offsets),
         params(),
         bad_input=reader_bad,
+        materialize=SparkMaterializer(),
     )
     return local_outputs(spark, out)
 

@@ -1,0 +1,96 @@
+"""How the job materialises a round: the one place that decides what is cached, what is
+brought to the driver, and whether the records from h0 are broadcast.
+
+``transforms.round`` asks a ``Materializer`` at those points and never decides itself, so
+the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
+``transforms.round.LAZY``, the identity).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+
+# Up to this many records from h0, the round's joins broadcast them (the usual case: the
+# committed offset is near the end of the queue); beyond it, Spark shuffles as usual.
+BROADCAST_ROWS = 2_000_000
+# A per-queue frame brought to the driver has one row per (broker, queue) or
+# (broker, topic, queue): a broker has at most a few thousand queues. More rows than this
+# means a record-level frame reached the driver by mistake: the run fails instead of
+# filling the driver's memory.
+MAX_QUEUE_ROWS = 100_000
+
+
+# Operators that keep a plan "narrow": each output row is computed from one input row.
+_NARROW = {"Project", "Filter"}
+# Leaves that hold data already materialised (cached, or local rows in the plan).
+_MATERIALISED = {"InMemoryRelation", "LocalRelation"}
+_OPERATOR = re.compile(r"^[\s:|+\-]*(\w+)")
+
+
+def is_narrow_over_cache(frame: DataFrame) -> bool:
+    """Whether ``frame``'s optimised plan is only projections and filters above one
+    materialised leaf. Read from the plan's tree string: the operators printed before the
+    first leaf are the path from the root to it (a join or union would print first)."""
+    plan = frame._jdf.queryExecution().optimizedPlan().toString()
+    for line in plan.splitlines():
+        match = _OPERATOR.match(line)
+        if match is None:
+            return False
+        name = match.group(1)
+        if name in _MATERIALISED:
+            return True
+        if name not in _NARROW:
+            return False
+    return False
+
+
+class DriverRowsError(RuntimeError):
+    """A frame said to be per-queue had more rows than any set of queues has."""
+
+
+class SparkMaterializer:
+    """Caches record-level frames (memory, spilling to disk), localises per-queue frames,
+    and counts the records from h0 to choose broadcast or shuffle."""
+
+    def __init__(
+        self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
+    ) -> None:
+        self.broadcast_rows = broadcast_rows
+        self.max_queue_rows = max_queue_rows
+        self._cached: list[DataFrame] = []
+
+    def records(self, frame: DataFrame) -> DataFrame:
+        """Cache a frame several stages read, unless it is only a projection or filter of
+        data that is cached already (the store reader's records when every queue offset
+        is unique): recomputing it is a scan of that cache, and a second copy of every
+        record would double the round's memory."""
+        if is_narrow_over_cache(frame):
+            return frame
+        cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(cached)
+        return cached
+
+    def per_queue(self, frame: DataFrame) -> DataFrame:
+        """Bring a per-queue frame to the driver and back as a local relation. Without it,
+        every later join re-plans the aggregates that produced it (a small round took
+        hundreds of stages). Through Arrow, the frame comes back as a ``LocalRelation``
+        (not a parallelised RDD): Spark broadcasts or joins it without a job of its own,
+        and the types come back exactly (no pandas float for a nullable long)."""
+        table = frame.toArrow()  # one row per queue, checked below
+        if table.num_rows > self.max_queue_rows:
+            raise DriverRowsError(
+                f"a per-queue frame has {table.num_rows} rows, more than any set of queues"
+                f" ({self.max_queue_rows}): a record-level frame was taken for a per-queue one"
+            )
+        return frame.sparkSession.createDataFrame(table, schema=frame.schema)
+
+    def is_small(self, frame: DataFrame) -> bool:
+        return frame.count() <= self.broadcast_rows
+
+    def release(self) -> None:
+        for frame in self._cached:
+            frame.unpersist()
+        self._cached.clear()

@@ -1,0 +1,57 @@
+"""The job's materializer (jobs/materialize.py): the one place that caches, collects
+per-queue frames and chooses broadcast or shuffle for the round."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from jobs.materialize import DriverRowsError, SparkMaterializer
+
+QUEUES = "broker STRING, queue_id INT, h0 LONG, warnings ARRAY<STRING>"
+
+
+def test_per_queue_comes_back_as_a_local_relation_with_the_same_rows(spark: SparkSession) -> None:
+    queues = (
+        spark.createDataFrame([("a", 0, 2**62 + 1, ["w"]), ("a", 1, None, [])], QUEUES)
+        .groupBy("broker", "queue_id", "h0", "warnings")
+        .count()
+    )
+    local = SparkMaterializer().per_queue(queues)
+    assert "LocalTableScan" in local._jdf.queryExecution().executedPlan().toString()
+    assert_df_equality(local, queues, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_per_queue_refuses_a_frame_larger_than_any_set_of_queues(spark: SparkSession) -> None:
+    records = spark.range(11).withColumnRenamed("id", "queue_offset")
+    with pytest.raises(DriverRowsError, match="11 rows, more than any set of queues"):
+        SparkMaterializer(max_queue_rows=10).per_queue(records)
+
+
+def test_is_small_compares_the_count_with_the_broadcast_limit(spark: SparkSession) -> None:
+    frame = spark.range(5)
+    assert SparkMaterializer(broadcast_rows=5).is_small(frame)
+    assert not SparkMaterializer(broadcast_rows=4).is_small(frame)
+
+
+def test_release_unpersists_what_records_cached(spark: SparkSession) -> None:
+    materializer = SparkMaterializer()
+    cached = materializer.records(spark.range(3))
+    assert cached.is_cached
+    materializer.release()
+    assert not cached.is_cached
+
+
+def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession) -> None:
+    records = spark.range(10).withColumnRenamed("id", "queue_offset").persist()
+    try:
+        narrow = records.filter("queue_offset > 2").selectExpr("queue_offset * 2 AS doubled")
+        assert SparkMaterializer().records(narrow) is narrow
+        assert not narrow.is_cached
+        aggregated = narrow.groupBy().count()
+        materializer = SparkMaterializer()
+        assert materializer.records(aggregated).is_cached
+        materializer.release()
+    finally:
+        records.unpersist()
