@@ -82,9 +82,12 @@ test-cluster: $(STAMP) ## Standalone master + 2 workers on loopback: packaged jo
 report: $(STAMP) ## Write the HTML report of the newest run in $(SAMPLE_OUTPUT) and print its path
 	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
-lint: $(STAMP) ## ruff check and format check
+lint: $(STAMP) ## ruff (style, complexity, types of public functions), format, mypy, duplicate code, function length
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pylint --score=n jobs transforms schemas connectors
+	$(BIN)/python -m checks.function_length
 
 format: $(STAMP) ## Apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .

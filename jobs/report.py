@@ -21,10 +21,11 @@ import html
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -223,14 +224,14 @@ def esc(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def iso_ms(ms: object) -> str:
+def iso_ms(ms: Any) -> str:
     if ms is None or (isinstance(ms, float) and math.isnan(ms)) or pd.isna(ms):
         return ""
     instant = datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
     return instant.strftime("%Y-%m-%d %H:%M:%S.") + f"{instant.microsecond // 1000:03d}Z"
 
 
-def human_ms(ms: object) -> str:
+def human_ms(ms: Any) -> str:
     """``93784000`` -> ``1 d 2 h``; negative ages (born in the future) keep their sign."""
     if ms is None or pd.isna(ms):
         return ""
@@ -247,7 +248,7 @@ def human_ms(ms: object) -> str:
     return f"{sign}{ms / 1000:g} s"
 
 
-def num(value: object) -> str:
+def num(value: Any) -> str:
     if value is None or pd.isna(value):
         return ""
     if isinstance(value, float) and not value.is_integer():
@@ -306,7 +307,7 @@ def stacked_columns(
     name: str,
     title: str,
     categories: Sequence[str],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     colors: dict[str, str],
     y_label: str,
     empty_message: str = "no rows",
@@ -382,7 +383,7 @@ def stacked_rows(
     name: str,
     title: str,
     labels: Sequence[str],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     colors: dict[str, str],
     empty_message: str = "no rows",
 ) -> str:
@@ -516,8 +517,12 @@ def offsets_lanes(name: str, title: str, lanes: Sequence[OffsetLane]) -> str:
 
 
 def _counts(
-    frame: pd.DataFrame, by: str, key: Callable[[pd.DataFrame], pd.Series], categories, series_names
-):
+    frame: pd.DataFrame,
+    by: str,
+    key: Callable[[pd.DataFrame], pd.Series],
+    categories: Sequence[str],
+    series_names: Sequence[str],
+) -> dict[str, list[int]]:
     """Counts of rows per (category from ``key``, value of ``by``) as {series: [count per category]}."""
     if frame.empty:
         return {s: [0] * len(categories) for s in series_names}
@@ -721,7 +726,7 @@ def _ordered(frame: pd.DataFrame, column: str, preferred: Sequence[str]) -> list
 def html_table(
     name: str,
     frame: pd.DataFrame,
-    columns: dict[str, Callable[[object], str]],
+    columns: Mapping[str, Callable[[Any], str]],
     empty_message: str,
     wrap: Sequence[str] = (),
 ) -> str:
@@ -747,7 +752,7 @@ def _text(value: object) -> str:
     return esc(value)
 
 
-def _warnings(value: object) -> str:
+def _warnings(value: Any) -> str:
     if value is None:
         return ""
     items = list(value) if not isinstance(value, str) else [value]
@@ -755,7 +760,7 @@ def _warnings(value: object) -> str:
 
 
 def summary_table(run: RunTables) -> str:
-    columns: dict[str, Callable[[object], str]] = {"broker": _text, "queue_id": num}
+    columns: dict[str, Callable[[Any], str]] = {"broker": _text, "queue_id": num}
     for name in ("h0", "h1", "h_safe", "p0", "p1", "p_safe", *CLASSES, "bad_records"):
         columns[name] = num
     columns["warnings"] = _warnings
@@ -773,7 +778,7 @@ def oldest_pending_table(run: RunTables) -> str:
             age=lambda f: f["age_ms"].map(human_ms),
             born=lambda f: f["born_timestamp_ms"].map(iso_ms),
         )
-    columns: dict[str, Callable[[object], str]] = {
+    columns: dict[str, Callable[[Any], str]] = {
         "age": _text,
         "status": _text,
         "broker": _text,
@@ -793,7 +798,7 @@ def offsets_table(run: RunTables) -> str:
     offsets = run.consume_offsets
     if not offsets.empty:
         offsets = offsets.sort_values(["broker", "queue_id", "topic"])
-    columns: dict[str, Callable[[object], str]] = {
+    columns: dict[str, Callable[[Any], str]] = {
         "broker": _text,
         "topic": _text,
         "queue_id": num,

@@ -19,12 +19,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from connectors.rocketmq.simulation import DEFAULT_END_MS, OP_STYLES, SimConfig, write_store
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2
         self.exit(2, f"error: {message}\n")
 
 

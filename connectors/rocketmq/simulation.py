@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.rocketmq import codec
 from schemas.messages import (
     DISCARD_TOPIC,
     HALF_TOPIC,
@@ -1355,23 +1356,24 @@ class Simulation:
         return table
 
 
+# What the simulator hands the writer: the decoded record's header columns (their types
+# come from the decoder's schema), the properties still encoded, the body and the tags.
+_HEADER_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "flag",
+    "born_timestamp_ms",
+    "born_host",
+    "store_timestamp_ms",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
 RECORD_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("sys_flag", pa.int32()),
-        ("flag", pa.int32()),
-        ("born_timestamp_ms", pa.int64()),
-        ("born_host", pa.string()),
-        ("store_timestamp_ms", pa.int64()),
-        ("store_host", pa.string()),
-        ("reconsume_times", pa.int32()),
-        ("prepared_transaction_offset", pa.int64()),
-        ("properties_raw", pa.binary()),
-        ("body", pa.binary()),
-        ("tags", pa.string()),
-    ]
+    [codec.RECORD_SCHEMA.field(name) for name in _HEADER_COLUMNS]
+    + [("properties_raw", pa.binary()), ("body", pa.binary()), ("tags", pa.string())]
 )
 
 
