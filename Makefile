@@ -31,7 +31,7 @@ SAMPLE_STAMP := $(SAMPLE_STORE)/.simulated-$(SAMPLE_TRANSACTIONS)-transactions
 
 $(SAMPLE_STAMP): | $(STAMP)
 	rm -rf $(SAMPLE_STORE)
-	$(BIN)/python -m jobs.simulate --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
+	$(BIN)/python -m simulator --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
 	touch $@
 
 run: $(STAMP) $(SAMPLE_STAMP) ## Simulate a sample broker store (again when SAMPLE_TRANSACTIONS changes), reconcile it, print the summary

@@ -30,14 +30,6 @@ KEPT: dict[str, str] = {
     "transforms/round.py:*": "issue 12",
     # issue 14's job split (cli / run / output) comes after issue 12 lands.
     "jobs/reconcile.py:*": "issue 14 (jobs split, after issue 12)",
-    # issue 14, parts 2 and 3 (this branch): the store format's owner, the simulator's own
-    # package, the report's chart module.
-    "connectors/rocketmq/codec.py:*": "issue 14 part 2",
-    "connectors/rocketmq/writer.py:*": "issue 14 part 2",
-    "connectors/rocketmq/simulation.py:*": "issue 14 part 2",
-    "connectors/rocketmq/broker_round.py:*": "issue 14 part 2",
-    "jobs/simulate.py:*": "issue 14 part 2",
-    "jobs/report.py:*": "issue 14 part 3",
 }
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.rocketmq.broker_round import BrokerSettings
+from simulator.broker_round import BrokerSettings
 
 RUN_ENV = "RMQ_BROKER_RUN"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real-broker"
@@ -164,8 +164,8 @@ def write_simulated_run(out: Path, config, rounds: list[int] | None = None) -> P
     written once; each chosen round's snapshot links its commit log and consume queues and
     carries the offsets committed before it; ``rounds.jsonl`` holds what the simulator did.
     Used to test the comparisons before (and besides) real runs."""
-    import connectors.rocketmq.simulation as simulation
-    from connectors.rocketmq.broker_round import load_snapshot
+    import simulator.simulation as simulation
+    from simulator.broker_round import load_snapshot
 
     store = out / "store"
     sim = simulation.Simulation(config)

@@ -33,7 +33,6 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from connectors.rocketmq.simulation import DEFAULT_END_MS
 from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from jobs.package import ENTRY_NAME, ZIP_NAME
 from jobs.reconcile import PHASE_PREFIX
@@ -45,6 +44,7 @@ from schemas.outputs import (
     PENDING_TABLE,
     RUN_SUMMARY_TABLE,
 )
+from simulator.simulation import DEFAULT_END_MS
 from tests.cluster.executor_venv import ensure_executor_venv
 from tests.cluster.standalone import StandaloneCluster, clean_env
 
@@ -274,7 +274,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             [
                 sys.executable,
                 "-m",
-                "jobs.simulate",
+                "simulator",
                 "--out",
                 str(base / "stores" / broker),
                 "--transactions",

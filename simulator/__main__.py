@@ -1,6 +1,6 @@
 """Write a simulated RocketMQ broker store (sample data, tests, benchmarks).
 
-    python -m jobs.simulate --out DIR --transactions N --seed S [--op-style 4.9|5.x] ...
+    python -m simulator --out DIR --transactions N --seed S [--op-style 4.9|5.x] ...
 
 The store (``commitlog/``, ``consumequeue/``, ``config/consumerOffset.json``) is written to a
 temporary sibling directory and renamed to ``DIR`` when complete, so an interrupted run never
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from connectors.rocketmq.simulation import DEFAULT_END_MS, OP_STYLES, SimConfig, write_store
+from simulator.simulation import DEFAULT_END_MS, OP_STYLES, SimConfig, write_store
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m jobs.simulate", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m simulator", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="store directory to create")
     p.add_argument(
         "--transactions", required=True, type=int, help="number of transactions (half messages)"
