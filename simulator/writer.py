@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.rocketmq import codec, layout
+from connectors.rocketmq import fields, layout
 from connectors.rocketmq.arrays import binary_parts
 from simulator import encoding
 
@@ -313,7 +313,7 @@ class StoreWriter:
         if mapped is not None and raw is None:
             tags = pc.map_lookup(mapped, pa.scalar("TAGS", mapped.type.key_type), "last")
         else:
-            tags = codec.decode_properties(props)[1]
+            tags = fields.decode_properties(props)[1]
         tag_codes = layout.java_string_hash(tags).astype(np.int64)
         self._write_cq(topics_str, queue_id, queue_offset, phys, sizes, tag_codes, dispatched)
         return pa.table(
