@@ -311,7 +311,7 @@ class StoreWriter:
 
         dispatched = self._dispatched(sys_flag)
         if mapped is not None and raw is None:
-            tags = pc.map_lookup(mapped, pa.scalar("TAGS", mapped.type.key_type), "last")
+            tags = pc.map_lookup(mapped, pa.scalar(layout.TAGS, mapped.type.key_type), "last")
         else:
             tags = fields.decode_properties(props)[1]
         tag_codes = layout.java_string_hash(tags).astype(np.int64)

@@ -38,7 +38,7 @@ CODEC_NAMES = {0: "zlib", 1: "lz4", 2: "zstd", 3: "zlib"}
 # Properties are ``name NAME_VALUE_SEPARATOR value PROPERTY_SEPARATOR ...`` in UTF-8.
 NAME_VALUE_SEPARATOR = b"\x01"
 PROPERTY_SEPARATOR = b"\x02"
-TAGS = "TAGS"
+TAGS = "TAGS"  # the property whose Java hash is the consume-queue entry's tags code
 
 # Fixed part of a record (IPv4 hosts, empty body/topic/properties, v1): 91 bytes.
 FIXED_V1 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
