@@ -31,7 +31,7 @@ SAMPLE_STAMP := $(SAMPLE_STORE)/.simulated-$(SAMPLE_TRANSACTIONS)-transactions
 
 $(SAMPLE_STAMP): | $(STAMP)
 	rm -rf $(SAMPLE_STORE)
-	$(BIN)/python -m jobs.simulate --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
+	$(BIN)/python -m simulator --out $(SAMPLE_STORE) --transactions $(SAMPLE_TRANSACTIONS) --seed 7
 	touch $@
 
 run: $(STAMP) $(SAMPLE_STAMP) ## Simulate a sample broker store (again when SAMPLE_TRANSACTIONS changes), reconcile it, print the summary
@@ -85,9 +85,12 @@ test-cluster: $(STAMP) ## Standalone master + 2 workers on loopback: packaged jo
 report: $(STAMP) ## Write the HTML report of the newest run in $(SAMPLE_OUTPUT) and print its path
 	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
-lint: $(STAMP) ## ruff check and format check
+lint: $(STAMP) ## ruff (style, complexity, types of public functions), format, mypy, duplicate code, function length
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pylint --score=n jobs transforms schemas connectors
+	$(BIN)/python -m checks.function_length
 
 format: $(STAMP) ## Apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .

@@ -43,7 +43,7 @@ def sample_store() -> Path:
     stamp = store / ".simulated"
     if not stamp.exists():
         shutil.rmtree(store, ignore_errors=True)
-        command = [sys.executable, "-m", "jobs.simulate", "--out", str(store)]
+        command = [sys.executable, "-m", "simulator", "--out", str(store)]
         command += ["--transactions", str(SAMPLE_TRANSACTIONS), "--seed", str(SAMPLE_SEED)]
         subprocess.run(command, cwd=REPO, check=True, capture_output=True)
         stamp.touch()

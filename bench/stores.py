@@ -70,7 +70,7 @@ def simulate_command(size: str, broker: Broker, python: str = sys.executable) ->
     return [
         python,
         "-m",
-        "jobs.simulate",
+        "simulator",
         "--out",
         str(size_dir(size) / broker.name),
         "--transactions",
@@ -91,7 +91,7 @@ def _simulators_writing(out: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info.get("cmdline") or []
-        if "jobs.simulate" in cmdline and str(out) in cmdline:
+        if "simulator" in cmdline and str(out) in cmdline:
             found.append(proc)
     return found
 

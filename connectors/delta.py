@@ -32,7 +32,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -275,7 +275,7 @@ def check_committed_rows(table: str, written: int, found: int, staging: Path) ->
         )
 
 
-def _retry(commit) -> None:
+def _retry(commit: Callable[[], object]) -> None:
     """Concurrent runs commit to the same tables: retry on optimistic-concurrency conflicts."""
     for attempt in range(COMMIT_ATTEMPTS):
         try:
@@ -544,7 +544,7 @@ def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
                 spark.conf.set(key, value)
 
 
-def _retry_spark(commit) -> None:
+def _retry_spark(commit: Callable[[], object]) -> None:
     """Remote roots have no file lock: retry Delta's optimistic-concurrency conflicts."""
     for attempt in range(COMMIT_ATTEMPTS):
         try:

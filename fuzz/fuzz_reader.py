@@ -38,7 +38,7 @@ INSTRUMENTED = ["connectors", "schemas", "transforms"]
 with atheris.instrument_imports(include=INSTRUMENTED) if atheris else contextlib.nullcontext():
     import connectors.rocketmq.codec
     import connectors.rocketmq.reader  # noqa: F401
-    from connectors.rocketmq.writer import StoreWriter
+    from simulator.writer import StoreWriter
 from tests.connectors.reference import messages_table  # noqa: E402
 from tests.robustness.store import HALF, LOG0, base_rows, half  # noqa: E402
 from tests.robustness.test_fuzz import assert_every_entry_accounted, read_all  # noqa: E402
@@ -104,7 +104,7 @@ def _simulated_store() -> tuple[bytes, bytes]:
     with tempfile.TemporaryDirectory(prefix="fuzz-sim-") as tmp:
         store = Path(tmp) / "store"
         subprocess.run(
-            [sys.executable, "-m", "jobs.simulate", "--out", str(store), "--transactions", "12"]
+            [sys.executable, "-m", "simulator", "--out", str(store), "--transactions", "12"]
             + ["--commitlog-file-size", "65536", "--cq-file-entries", "64", "--other-traffic", "0"],
             cwd=ROOT,
             check=True,

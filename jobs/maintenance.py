@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from connectors.errors import InputError
 
@@ -21,7 +22,7 @@ DEFAULT_RETENTION_HOURS = 7 * 24
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2 like the job
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2 like the job
         raise InputError(message)
 
 

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from connectors.errors import InputError
 from connectors.rocketmq.offsets_file import (
@@ -34,7 +35,7 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2
         raise InputError(message)
 
 

@@ -42,15 +42,10 @@ def build_session(
         # Notebooks run many rounds in one session: keep the UI's query history small.
         .config("spark.sql.ui.retainedExecutions", "20")
     )
-    if master and master.startswith("local"):
-        builder = builder.config("spark.ui.enabled", "false")
+    builder = _local_settings(builder, master, driver_memory)
     if not adaptive:
         # Tests: tiny frames, where adaptive execution only adds a Spark job per stage.
         builder = builder.config("spark.sql.adaptive.enabled", "false")
-    if driver_memory and master and master.startswith("local"):
-        # Local mode runs everything in the driver's JVM: its heap holds the cached records.
-        # Only effective when this call starts the JVM (not in a running notebook session).
-        builder = builder.config("spark.driver.memory", driver_memory)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     if not verbose and _LOG4J.exists():
@@ -74,6 +69,20 @@ def build_session(
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _local_settings(
+    builder: SparkSession.Builder, master: str | None, driver_memory: str | None
+) -> SparkSession.Builder:
+    """Settings that only make sense when the driver's JVM runs the whole job."""
+    if not (master and master.startswith("local")):
+        return builder
+    builder = builder.config("spark.ui.enabled", "false")
+    if driver_memory:
+        # Local mode runs everything in the driver's JVM: its heap holds the cached records.
+        # Only effective when this call starts the JVM (not in a running notebook session).
+        builder = builder.config("spark.driver.memory", driver_memory)
+    return builder
 
 
 # What the Python workers must be able to import: the readers and transforms run there.

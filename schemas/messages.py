@@ -28,9 +28,6 @@ PROP_KEYS = "KEYS"
 PROP_TRAN_MSG = "TRAN_MSG"
 PROP_TRANSACTION_ID = "__transactionId__"
 
-MAGIC_V1 = 1
-MAGIC_V2 = 2
-
 MESSAGE = T.StructType(
     [
         T.StructField("broker", T.StringType()),

@@ -223,32 +223,39 @@ def _skip_space(text: str, i: int) -> int:
     return i
 
 
+def _string_end(text: str, i: int, source: str) -> int:
+    """End of the string literal starting at ``i``."""
+    literal = _STRING_LITERAL.match(text, i)
+    if literal is None:
+        raise InputError(f"{source}: unterminated string in the offsets file")
+    return literal.end()
+
+
+def _container_end(text: str, i: int, source: str) -> int:
+    """End of the object or array starting at ``i`` (strings may hold braces)."""
+    depth, j = 0, i
+    while j < len(text):
+        if text[j] == '"':
+            j = _string_end(text, j, source)
+            continue
+        if text[j] in "{[":
+            depth += 1
+        elif text[j] in "}]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise InputError(f"{source}: unbalanced braces in the offsets file")
+
+
 def _value_end(text: str, i: int, source: str) -> int:
     """End of the JSON/fastjson value starting at ``i``."""
     if i >= len(text):
         raise InputError(f"{source}: unexpected end of the offsets file")
     if text[i] == '"':
-        literal = _STRING_LITERAL.match(text, i)
-        if literal is None:
-            raise InputError(f"{source}: unterminated string in the offsets file")
-        return literal.end()
+        return _string_end(text, i, source)
     if text[i] in "{[":
-        depth, j = 0, i
-        while j < len(text):
-            if text[j] == '"':
-                literal = _STRING_LITERAL.match(text, j)
-                if literal is None:
-                    raise InputError(f"{source}: unterminated string in the offsets file")
-                j = literal.end()
-                continue
-            if text[j] in "{[":
-                depth += 1
-            elif text[j] in "}]":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        raise InputError(f"{source}: unbalanced braces in the offsets file")
+        return _container_end(text, i, source)
     j = i
     while j < len(text) and text[j] not in ",}] \t\r\n":
         j += 1

@@ -212,7 +212,7 @@ def _e2e_missing() -> str | None:
         return "RMQ_AIRFLOW_E2E=0"
     if not (PROJECT_VENV / "bin" / "spark-submit").exists():
         return f"no spark-submit in the project venv {PROJECT_VENV}"
-    for module in ("jobs/reconcile.py", "jobs/simulate.py"):
+    for module in ("jobs/reconcile.py", "simulator/__main__.py"):
         if not (REPO / module).exists():
             return f"{module} is not written yet"
     return None
@@ -236,7 +236,7 @@ def test_rendered_command_runs_the_job_and_the_check(dag, check, tmp_path, monke
         str(int(AS_OF_MS) - 1000),
     ]
     subprocess.run(
-        [python, "-m", "jobs.simulate", "--out", str(store), *simulate],
+        [python, "-m", "simulator", "--out", str(store), *simulate],
         cwd=tmp_path, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     package = tmp_path / "rmq_txn_reconcile.zip"

@@ -17,7 +17,8 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from connectors.rocketmq.broker_round import (
+from schemas.messages import REMOVE_TAG
+from simulator.broker_round import (
     BROKER,
     RoundOutcome,
     Snapshot,
@@ -26,7 +27,6 @@ from connectors.rocketmq.broker_round import (
     op_items,
     replay_round,
 )
-from schemas.messages import REMOVE_TAG
 
 # The differences by design (issue 10), in ladder order, and the spec candidates.
 OP_WINDOWS = "op windows of 32 (RocketMQ #8311)"

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.rocketmq.broker_round import BrokerSettings
+from simulator.broker_round import BrokerSettings
 
 RUN_ENV = "RMQ_BROKER_RUN"
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real-broker"
@@ -144,14 +144,28 @@ def fixture_dirs() -> list[Path]:
 # -- a simulated run directory (the simulator plays the broker) --------------------------------
 
 
+def _link_snapshot(snap: Path, store: Path, k: int, r: dict) -> None:
+    """Round ``k``'s snapshot: the store's files, and the offsets committed before the round."""
+    from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+
+    (snap / "config").mkdir(parents=True)
+    os.symlink(store / "commitlog", snap / "commitlog")
+    os.symlink(store / "consumequeue", snap / "consumequeue")
+    table = {}
+    if k > 0 and r["h0"]:
+        table[HALF_KEY] = {0: r["h0"]}
+    if k > 0 and r["p0"]:
+        table[OP_KEY] = {0: r["p0"]}
+    write_consumer_offsets(snap / "config" / "consumerOffset.json", table)
+
+
 def write_simulated_run(out: Path, config, rounds: list[int] | None = None) -> Path:
     """A run directory in the harness's format whose "broker" is our simulator: the store is
     written once; each chosen round's snapshot links its commit log and consume queues and
     carries the offsets committed before it; ``rounds.jsonl`` holds what the simulator did.
     Used to test the comparisons before (and besides) real runs."""
-    import connectors.rocketmq.simulation as simulation
-    from connectors.rocketmq.broker_round import load_snapshot
-    from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+    import simulator.simulation as simulation
+    from simulator.broker_round import load_snapshot
 
     store = out / "store"
     sim = simulation.Simulation(config)
@@ -173,16 +187,7 @@ def write_simulated_run(out: Path, config, rounds: list[int] | None = None) -> P
     lines = []
     for k in chosen:
         r = log[k]
-        snap = out / "snapshots" / f"round-{k:03d}"
-        (snap / "config").mkdir(parents=True)
-        os.symlink(store / "commitlog", snap / "commitlog")
-        os.symlink(store / "consumequeue", snap / "consumequeue")
-        table = {}
-        if k > 0 and r["h0"]:
-            table[HALF_KEY] = {0: r["h0"]}
-        if k > 0 and r["p0"]:
-            table[OP_KEY] = {0: r["p0"]}
-        write_consumer_offsets(snap / "config" / "consumerOffset.json", table)
+        _link_snapshot(out / "snapshots" / f"round-{k:03d}", store, k, r)
         appended, discards = [], []
         for src, counter, kind in r["actions"]:
             key = full.half[src].uniq_key

@@ -1,4 +1,4 @@
-"""The reference model (connectors.rocketmq.broker_round) and the comparison machinery, on
+"""The reference model (simulator.broker_round) and the comparison machinery, on
 stores our simulator wrote: the replay is the simulator's round, the broker's op windows and
 Java number parsing are modelled, and the ladder names every job/broker difference."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import connectors.rocketmq.simulation as simulation
-from connectors.rocketmq.broker_round import (
+import simulator.simulation as simulation
+from simulator.broker_round import (
     BROKER,
     SIMULATOR,
     BrokerSettings,

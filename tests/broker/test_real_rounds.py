@@ -2,7 +2,7 @@
 
 Rounds come from ``tests/fixtures/real-broker/<version>/`` (always) and from the run
 directories of ``RMQ_BROKER_RUN`` (``make test-broker-compare RUN=<dir>``). Comparison 1
-replays the simulator's round (``connectors.rocketmq.broker_round``) on the snapshot;
+replays the simulator's round (``simulator.broker_round``) on the snapshot;
 comparison 2 runs the job on it (the notebook API in the shared session; one round per
 version line through the command line) and names every difference (``compare.py``).
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.rocketmq.broker_round import Snapshot, load_snapshot
+from simulator.broker_round import Snapshot, load_snapshot
 from tests.broker import summary
 from tests.broker.compare import (
     BY_DESIGN,

@@ -34,7 +34,6 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.delta import LOCK_NAME
-from connectors.rocketmq.simulation import DEFAULT_END_MS
 from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from jobs.package import ENTRY_NAME, ZIP_NAME
 from jobs.reconcile import PHASE_PREFIX
@@ -46,6 +45,7 @@ from schemas.outputs import (
     PENDING_TABLE,
     RUN_SUMMARY_TABLE,
 )
+from simulator.simulation import DEFAULT_END_MS
 from tests.cluster.executor_venv import ensure_executor_venv
 from tests.cluster.standalone import StandaloneCluster, clean_env
 
@@ -275,7 +275,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
             [
                 sys.executable,
                 "-m",
-                "jobs.simulate",
+                "simulator",
                 "--out",
                 str(base / "stores" / broker),
                 "--transactions",

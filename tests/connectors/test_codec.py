@@ -17,7 +17,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.rocketmq import codec
+from connectors.rocketmq import arrays, codec, layout
+from simulator import encoding
 from tests.connectors import reference
 from tests.fixtures import REAL_COMMITLOG
 
@@ -151,27 +152,29 @@ def test_encode_properties_round_trip_and_separator():
     maps = pa.array(
         [[("k1", "v1"), ("k2", "v2")], [], None, [("a", None), ("b", "c")]], reference.MAP
     )
-    assert codec.encode_properties(maps).to_pylist() == [
+    assert encoding.encode_properties(maps).to_pylist() == [
         b"k1\x01v1\x02k2\x01v2\x02",
         b"",
         b"",
         b"b\x01c\x02",
     ]
-    assert codec.encode_properties(maps, trailing_separator=False).to_pylist() == [
+    assert encoding.encode_properties(maps, trailing_separator=False).to_pylist() == [
         b"k1\x01v1\x02k2\x01v2",
         b"",
         b"",
         b"b\x01c",
     ]
     sliced = maps.slice(1, 3)
-    assert codec.encode_properties(sliced).to_pylist() == [b"", b"", b"b\x01c\x02"]
+    assert encoding.encode_properties(sliced).to_pylist() == [b"", b"", b"b\x01c\x02"]
 
 
 # --- hashes, hosts, slices -------------------------------------------------------------------------------
 
 
 def test_java_hash_known_values():
-    hashes = codec.java_string_hash(pa.array(["d", "", None, "TagA", "héllo wörld", "😀"])).tolist()
+    hashes = layout.java_string_hash(
+        pa.array(["d", "", None, "TagA", "héllo wörld", "😀"])
+    ).tolist()
     assert hashes[0] == 100
     assert hashes[1:3] == [0, 0]
     assert hashes[3:] == [
@@ -184,18 +187,20 @@ def test_java_hash_known_values():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text(max_size=40), max_size=20))
 def test_java_hash_matches_reference(texts):
-    assert codec.java_string_hash(pa.array(texts, pa.string())).tolist() == [
+    assert layout.java_string_hash(pa.array(texts, pa.string())).tolist() == [
         reference.java_hash(t) for t in texts
     ]
 
 
 def test_hosts_format_and_parse():
     texts = ["127.0.0.1:0", "[::1]:9876", "[2001:db8::1:0:0:1]:10911", "10.1.30.38:8123", None]
-    addr, port, v6 = codec.parse_hosts(pa.array(texts), len(texts))
+    addr, port, v6 = encoding.parse_hosts(pa.array(texts), len(texts))
     assert v6.tolist() == [False, True, True, False, False]
     assert codec.format_hosts(addr, port, v6).to_pylist() == [*texts[:4], "0.0.0.0:0"]
     # non-compressed input comes back compressed
-    addr, port, v6 = codec.parse_hosts(pa.array(["[2001:0db8:0000:0000:0000:0000:0000:0001]:1"]), 1)
+    addr, port, v6 = encoding.parse_hosts(
+        pa.array(["[2001:0db8:0000:0000:0000:0000:0000:0001]:1"]), 1
+    )
     assert codec.format_hosts(addr, port, v6).to_pylist() == ["[2001:db8::1]:1"]
 
 
@@ -209,7 +214,7 @@ def test_slices_any_order_or_overlap(data, cuts):
     cuts = [(s % len(data), min(n, len(data) - s % len(data))) for s, n in cuts]
     starts = np.array([s for s, _ in cuts], dtype=np.int64)
     lengths = np.array([n for _, n in cuts], dtype=np.int64)
-    assert codec.slices(buf, starts, lengths).to_pylist() == [data[s : s + n] for s, n in cuts]
+    assert arrays.slices(buf, starts, lengths).to_pylist() == [data[s : s + n] for s, n in cuts]
 
 
 # --- compression ------------------------------------------------------------------------------------
@@ -219,7 +224,7 @@ def test_slices_any_order_or_overlap(data, cuts):
 def test_decompress_each_codec(codec_id):
     body = b"transaction body " * 300
     flag = 0x1 | codec_id << 8
-    assert codec.decompress_body(codec.compress_body(body, flag), flag) == body
+    assert codec.decompress_body(encoding.compress_body(body, flag), flag) == body
 
 
 def test_decompress_java_style_frames():
@@ -241,7 +246,7 @@ def test_decompress_garbage_raises_value_error(flag):
     with pytest.raises(ValueError):
         codec.decompress_body(b"definitely not compressed", flag)
     with pytest.raises(ValueError):
-        good = codec.compress_body(b"y" * 1000, flag) if flag != 0x501 else b""
+        good = encoding.compress_body(b"y" * 1000, flag) if flag != 0x501 else b""
         codec.decompress_body(good[: len(good) // 2], flag)
 
 
@@ -252,11 +257,13 @@ def _encoded(rows: list[dict], file_size: int = 1 << 16) -> bytes:
     """Records encoded by the codec's encoder, back to back (offsets from 0)."""
     table = reference.messages_table(rows)
     n = table.num_rows
-    props = codec.encode_properties(table.column("properties").combine_chunks())
+    props = encoding.encode_properties(table.column("properties").combine_chunks())
     topics = table.column("topic").combine_chunks().cast(pa.binary())
     bodies = table.column("body").combine_chunks().fill_null(b"")
-    born_addr, born_port, born_v6 = codec.parse_hosts(table.column("born_host").combine_chunks(), n)
-    store_addr, store_port, store_v6 = codec.parse_hosts(
+    born_addr, born_port, born_v6 = encoding.parse_hosts(
+        table.column("born_host").combine_chunks(), n
+    )
+    store_addr, store_port, store_v6 = encoding.parse_hosts(
         table.column("store_host").combine_chunks(), n
     )
     sys_flag = (
@@ -264,13 +271,13 @@ def _encoded(rows: list[dict], file_size: int = 1 << 16) -> bytes:
         | np.where(born_v6, 0x10, 0)
         | np.where(store_v6, 0x20, 0)
     )
-    lens = lambda a: np.diff(codec._binary_parts(a)[0])  # noqa: E731
+    lens = lambda a: np.diff(arrays.binary_parts(a)[0])  # noqa: E731
     magic = np.array([r.get("magic_version", 1) for r in rows])
-    sizes = codec.record_sizes(sys_flag, lens(bodies), lens(topics), lens(props), magic)
+    sizes = layout.record_sizes(sys_flag, lens(bodies), lens(topics), lens(props), magic)
     phys = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     zeros = np.zeros(n, dtype=np.int64)
     crc = np.array([zlib.crc32(b) & 0x7FFFFFFF for b in bodies.to_pylist()])
-    data = codec.encode_records(
+    data = encoding.encode_records(
         phys=phys,
         sizes=sizes,
         magic_version=magic,
@@ -379,7 +386,7 @@ def test_bodies_returned_only_for_asked_topics_and_decompressed():
     plain = [r["body"] for r in rows]
     for r in rows:
         if r["sys_flag"] & 1:
-            r["body"] = codec.compress_body(r["body"], r["sys_flag"])
+            r["body"] = encoding.compress_body(r["body"], r["sys_flag"])
     buf = _mutable(_encoded(rows))
     starts = reference.walk(bytes(buf))
     everything = codec.decode_records(buf, starts, body_topics=None)
@@ -419,7 +426,7 @@ def test_v2_magic_and_ipv6_fields():
 
 
 def test_cq_entries_round_trip():
-    raw = codec.encode_cq_entries(
+    raw = encoding.encode_cq_entries(
         np.array([0, 172, 0]), np.array([172, 172, 0x7FFFFFFF]), np.array([100, -5, 0])
     )
     assert raw[:20] == struct.pack(">qiq", 0, 172, 100)

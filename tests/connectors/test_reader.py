@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.errors import InputError
-from connectors.rocketmq import codec
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
@@ -29,9 +28,10 @@ from connectors.rocketmq.reader import (
     read_stores,
     validate_store,
 )
-from connectors.rocketmq.writer import StoreWriter
 from schemas.messages import COMMITTED_OFFSET, SOURCED_MESSAGE
 from schemas.outputs import BAD_RECORD
+from simulator import encoding
+from simulator.writer import StoreWriter
 from tests.connectors import reference
 from tests.fixtures import REAL_COMMITLOG
 
@@ -423,7 +423,7 @@ def test_random_consume_queue_over_real_commit_log(tmp_path):
     qdir = tmp_path / "consumequeue" / "abc" / "0"
     qdir.mkdir(parents=True)
     (qdir / "00000000000000000000").write_bytes(
-        codec.encode_cq_entries(offsets, sizes, np.zeros(len(offsets), np.int64))
+        encoding.encode_cq_entries(offsets, sizes, np.zeros(len(offsets), np.int64))
     )
     messages, bad = _split(_table(read_batches([StoreSpec("x", tmp_path)], topics=("abc",))))
     assert sorted(m["queue_offset"] for m in messages) == list(range(47))

@@ -22,7 +22,7 @@ from connectors.rocketmq.reader import (
     split_units,
     task_size,
 )
-from connectors.rocketmq.writer import StoreWriter
+from simulator.writer import StoreWriter
 from tests.connectors import reference
 
 

@@ -1,4 +1,4 @@
-"""The broker simulator (connectors/rocketmq/simulation.py, jobs/simulate.py).
+"""The broker simulator (simulator/simulation.py, simulator/__main__.py).
 
 The vectorised engine is checked against a literal, record-at-a-time replay of the broker's
 check (docs/broker-check.md sections 2, 3, 5, with the simulator's documented
@@ -22,19 +22,16 @@ import pyarrow as pa
 import pytest
 
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, read_consumer_offsets
-from connectors.rocketmq.simulation import (
+from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
+from simulator.simulation import (
     SimConfig,
-    _blank_layout,
     iterate_records,
     java_hashmap_order,
 )
-from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 
-HAVE_WRITER = importlib.util.find_spec("connectors.rocketmq.writer") is not None
+HAVE_WRITER = importlib.util.find_spec("simulator.writer") is not None
 HAVE_READER = importlib.util.find_spec("connectors.rocketmq.reader") is not None
-needs_writer = pytest.mark.skipif(
-    not HAVE_WRITER, reason="connectors/rocketmq/writer.py not there yet"
-)
+needs_writer = pytest.mark.skipif(not HAVE_WRITER, reason="simulator/writer.py not there yet")
 needs_reader = pytest.mark.skipif(
     not (HAVE_WRITER and HAVE_READER), reason="store reader not there yet"
 )
@@ -329,16 +326,6 @@ def test_commit_log_order_and_layout():
     assert clog[-1] // (64 * 1024) > 3  # several files
 
 
-def test_blank_layout_follows_the_end_of_file_rule():
-    offsets, end = _blank_layout(np.array([40, 40, 40]), 0, 100)
-    # 40 + 8 <= 100 -> 0; 40 + 8 <= 60 -> 40; 40 + 8 > 20 -> next file at 100
-    assert offsets.tolist() == [0, 40, 100] and end == 140
-    offsets, end = _blank_layout(np.array([52, 40]), 0, 100)
-    assert offsets.tolist() == [0, 52] and end == 92  # 52 + 40 + 8 == 100: fits exactly
-    offsets, end = _blank_layout(np.array([52, 41]), 0, 100)
-    assert offsets.tolist() == [0, 100] and end == 141
-
-
 def test_java_hashmap_order():
     keys = ["UNIQ_KEY", "CLUSTER", "PGROUP", "TRAN_MSG", "REAL_QID"]
     assert java_hashmap_order(keys, 128) == [
@@ -398,7 +385,7 @@ SMALL = [
 def _run_cli(out: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.simulate", "--out", str(out), *args],
+        [sys.executable, "-m", "simulator", "--out", str(out), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -410,7 +397,7 @@ def _run_cli(out: Path, *args: str) -> str:
 
 @needs_writer
 def test_cli_is_deterministic_and_counts_match_the_summary(tmp_path):
-    from connectors.rocketmq.simulation import write_store
+    from simulator.simulation import write_store
 
     out_a, out_b = tmp_path / "a", tmp_path / "b"
     line = _run_cli(out_a, *SMALL, "--seed", "7", "--op-style", "4.9")
@@ -442,7 +429,7 @@ def test_every_record_reads_back_as_simulated(tmp_path, op_style):
     """Writer -> reader round trip of every topic (consume queues, CRCs checked) against the
     engine's in-memory records, field by field."""
     from connectors.rocketmq.reader import StoreSpec, read_batches
-    from connectors.rocketmq.simulation import write_store
+    from simulator.simulation import write_store
 
     overrides = dict(
         op_style=op_style,
@@ -492,7 +479,7 @@ def test_every_record_reads_back_as_simulated(tmp_path, op_style):
 @needs_reader
 def test_store_reads_back_on_spark_without_bad_records(spark, tmp_path):
     from connectors.rocketmq.reader import StoreSpec, read_stores
-    from connectors.rocketmq.simulation import write_store
+    from simulator.simulation import write_store
 
     config = SimConfig(
         **{
@@ -522,7 +509,7 @@ def test_cli_refuses_a_non_empty_directory(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, "-m", "jobs.simulate", "--out", str(tmp_path), "--transactions", "10"],
+        [sys.executable, "-m", "simulator", "--out", str(tmp_path), "--transactions", "10"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -534,7 +521,7 @@ def test_cli_refuses_a_non_empty_directory(tmp_path):
         [
             sys.executable,
             "-m",
-            "jobs.simulate",
+            "simulator",
             "--out",
             str(tmp_path),
             "--transactions",
@@ -552,7 +539,7 @@ def test_cli_refuses_a_non_empty_directory(tmp_path):
         [
             sys.executable,
             "-m",
-            "jobs.simulate",
+            "simulator",
             "--out",
             str(tmp_path / "x"),
             "--transactions",

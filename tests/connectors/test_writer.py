@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.rocketmq import codec
-from connectors.rocketmq.writer import StoreWriter
+from simulator.writer import StoreWriter
 from tests.connectors import reference
 from tests.fixtures import REAL_COMMITLOG
 

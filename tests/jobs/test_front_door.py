@@ -37,7 +37,7 @@ def test_the_readme_notebook_snippet_runs_verbatim_with_a_plain_session(tmp_path
     assert "SparkSession.builder.getOrCreate()" in snippet  # it says how to get `spark`
     # The store it names is the one `make run` simulates (sample/broker-a), small here.
     subprocess.run(
-        [sys.executable, "-m", "jobs.simulate", "--out", "sample/broker-a"]
+        [sys.executable, "-m", "simulator", "--out", "sample/broker-a"]
         + ["--transactions", "40", "--seed", "7"],
         cwd=tmp_path,
         env=clean_env(),
@@ -157,8 +157,8 @@ def test_make_run_simulates_again_when_sample_transactions_changes(tmp_path: Pat
             check=True,
         ).stdout
 
-    assert "jobs.simulate" in planned(30)
+    assert "-m simulator" in planned(30)
     store.mkdir()
     (store / ".simulated-30-transactions").touch()  # as the recipe leaves it
-    assert "jobs.simulate" not in planned(30)
+    assert "-m simulator" not in planned(30)
     assert "--transactions 50" in planned(50)

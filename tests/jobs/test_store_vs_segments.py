@@ -6,9 +6,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from connectors.rocketmq.simulation import SimConfig, write_store
 from jobs.reconcile import main
 from schemas.messages import MESSAGE_COLUMNS
+from simulator.simulation import SimConfig, write_store
 from tests.jobs.test_cli import read_table
 
 COMPARED = {

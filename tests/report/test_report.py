@@ -84,11 +84,25 @@ def _half_row(
     }
 
 
+def _age_for(rng: random.Random, status: str) -> int:
+    """A message age that puts a pending half of ``status`` in its place on the charts."""
+    if status == DISCARD_EXPIRED:
+        return 72 * HOUR + rng.randrange(1, 5 * HOUR)
+    if status == IMMUNE:
+        return rng.randrange(1000, 50_000)
+    return rng.choice(
+        [
+            rng.randrange(6_000, 60_000),
+            rng.randrange(60_000, 3 * HOUR),
+            rng.randrange(3 * HOUR, 60 * HOUR),
+        ]
+    )
+
+
 def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict[str, int]:
     """One run over two brokers; returns how many rows of each kind were written."""
     rng = random.Random(seed)
-    pending, checks, discards = [], [], []
-    summary, offsets = [], []
+    pending, checks, discards, summary, offsets = [], [], [], [], []
     for broker in ("broker-a", "broker-b"):
         h0, offset = 100, 100
         counts = dict.fromkeys(
@@ -108,18 +122,7 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
                 counts["resolved"] += 1
                 offset += 1
                 continue
-            if status == DISCARD_EXPIRED:
-                age = 72 * HOUR + rng.randrange(1, 5 * HOUR)
-            elif status == IMMUNE:
-                age = rng.randrange(1000, 50_000)
-            else:
-                age = rng.choice(
-                    [
-                        rng.randrange(6_000, 60_000),
-                        rng.randrange(60_000, 3 * HOUR),
-                        rng.randrange(3 * HOUR, 60 * HOUR),
-                    ]
-                )
+            age = _age_for(rng, status)
             counter = 15 if status == DISCARD_CHECK_MAX else rng.choice([None, 1, 2, 3, 5, 8, 14])
             if status != DISCARD_CHECK_MAX:
                 counter = (counter or 0) + 1

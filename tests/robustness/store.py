@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from connectors.rocketmq.writer import StoreWriter
+from simulator.writer import StoreWriter
 from tests.connectors.reference import messages_table
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pytest
 
 from connectors.rocketmq.reader import COMBINED_ARROW, StoreSpec, read_batches
-from connectors.rocketmq.simulation import SimConfig, write_store
 from jobs.reconcile import main
+from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import HALF, OP, TABLES, rows_of
 
 TRANSACTIONS = int(os.environ.get("RMQ_CONSERVATION_TRANSACTIONS", "100000"))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from connectors.rocketmq import codec
 from connectors.rocketmq.reader import COMBINED_ARROW, StoreSpec, read_batches
+from simulator import encoding
 from tests.robustness.store import HALF, LOG0, OP, base_rows, half, write
 
 FUZZ = settings(
@@ -92,7 +93,7 @@ def test_arbitrary_bytes_as_a_commit_log_file(log, points, verify):
         (root / LOG0).write_bytes(log)
         qdir = root / "consumequeue" / HALF / "0"
         qdir.mkdir(parents=True)
-        cq = codec.encode_cq_entries(
+        cq = encoding.encode_cq_entries(
             np.array([p for p, _ in points], np.int64),
             np.array([s for _, s in points], np.int64),
             np.zeros(len(points), np.int64),

@@ -4,7 +4,7 @@
 over the decoded half and op queues of a store (queue 0), at an instant ``T``, with the
 broker's settings, and returns what the broker does: the check copies, immunity copies and
 discards it appends (as multisets on ``(uniq_key, counter)``), and the committed half/op
-offsets after it. It is the rule set of ``connectors.rocketmq.simulation`` (``_round``, the
+offsets after it. It is the rule set of ``simulator.simulation`` (``_round``, the
 walk into the round's own copies, ``_commit_op_offset``; see ``docs/simulator.md``), written
 as a literal per-message loop so that it also runs on stores the simulator did not write:
 

@@ -1,6 +1,6 @@
 """Write a simulated RocketMQ broker store (sample data, tests, benchmarks).
 
-    python -m jobs.simulate --out DIR --transactions N --seed S [--op-style 4.9|5.x] ...
+    python -m simulator --out DIR --transactions N --seed S [--op-style 4.9|5.x] ...
 
 The store (``commitlog/``, ``consumequeue/``, ``config/consumerOffset.json``) is written to a
 temporary sibling directory and renamed to ``DIR`` when complete, so an interrupted run never
@@ -19,17 +19,18 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
-from connectors.rocketmq.simulation import DEFAULT_END_MS, OP_STYLES, SimConfig, write_store
+from simulator.simulation import DEFAULT_END_MS, OP_STYLES, SimConfig, write_store
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2
         self.exit(2, f"error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m jobs.simulate", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m simulator", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="store directory to create")
     p.add_argument(
         "--transactions", required=True, type=int, help="number of transactions (half messages)"

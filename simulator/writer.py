@@ -6,7 +6,7 @@ BLANK filler and the next file), consume-queue files of ``cq_file_entries`` 20-b
 a queue that starts late padded with ``(0, 0x7FFFFFFF, 0)`` entries. Files are created at
 their full size (sparse, zero tail), like the broker's mapped files.
 
-Encoding is vectorised per batch (``codec.encode_records``); the Python loops are per batch,
+Encoding is vectorised per batch (``simulator.encoding.encode_records``); the Python loops are per batch,
 per commit-log file and per queue. The per-record calls left are ``zlib.crc32`` for rows
 without a ``body_crc`` and compression of bodies whose sysflag says compressed: neither has
 a vectorised equivalent.
@@ -27,7 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.rocketmq import codec
+from connectors.rocketmq import fields, layout
+from connectors.rocketmq.arrays import binary_parts
+from simulator import encoding
 
 REQUIRED_COLUMNS = ("topic", "queue_id", "born_timestamp_ms", "store_timestamp_ms")
 ASSIGNED_SCHEMA = pa.schema(
@@ -89,7 +91,7 @@ class StoreWriter:
     ) -> None:
         if magic_version not in (1, 2):
             raise ValueError(f"magic_version must be 1 or 2, not {magic_version}")
-        if commitlog_file_size < codec.MIN_RECORD_SIZE + codec.END_FILE_MIN_BLANK_LENGTH:
+        if not layout.fits_in_file(layout.MIN_RECORD_SIZE, commitlog_file_size):
             raise ValueError(f"commitlog_file_size {commitlog_file_size} is too small")
         if cq_file_entries < 1:
             raise ValueError("cq_file_entries must be positive")
@@ -138,7 +140,7 @@ class StoreWriter:
 
     def _commitlog_fd(self) -> int:
         if self._fd is None:
-            path = self.root / "commitlog" / codec.offset_file_name(self._file_start)
+            path = self.root / "commitlog" / layout.offset_file_name(self._file_start)
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             os.ftruncate(self._fd, self.commitlog_file_size)
         return self._fd
@@ -147,7 +149,7 @@ class StoreWriter:
         """Write the BLANK filler at the current position and move to the next file."""
         fd = self._commitlog_fd()
         left = self.commitlog_file_size - self._pos
-        blank = int(left).to_bytes(4, "big", signed=True) + codec.BLANK_MAGIC_CODE.to_bytes(
+        blank = int(left).to_bytes(4, "big", signed=True) + layout.BLANK_MAGIC_CODE.to_bytes(
             4, "big", signed=True
         )
         os.pwrite(fd, blank, self._pos)
@@ -164,13 +166,13 @@ class StoreWriter:
                 return current[1]
             os.close(current[1])
             del self._cq_fds[(topic, queue_id)]
-        file_bytes = self.cq_file_entries * codec.CQ_ENTRY_SIZE
+        file_bytes = self.cq_file_entries * layout.CQ_ENTRY_SIZE
         path = (
             self.root
             / "consumequeue"
             / topic
             / str(queue_id)
-            / codec.offset_file_name(file_index * file_bytes)
+            / layout.offset_file_name(file_index * file_bytes)
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -200,18 +202,18 @@ class StoreWriter:
         topics = topics_str.cast(pa.binary())
         queue_id = _ints(table, "queue_id")
         sys_flag = _ints(table, "sys_flag")
-        born_addr, born_port, born_v6 = codec.parse_hosts(_column(table, "born_host"), n)
-        store_addr, store_port, store_v6 = codec.parse_hosts(_column(table, "store_host"), n)
+        born_addr, born_port, born_v6 = encoding.parse_hosts(_column(table, "born_host"), n)
+        store_addr, store_port, store_v6 = encoding.parse_hosts(_column(table, "store_host"), n)
         sys_flag = (
-            (sys_flag & ~(codec.BORNHOST_V6_FLAG | codec.STOREHOST_V6_FLAG))
-            | np.where(born_v6, codec.BORNHOST_V6_FLAG, 0)
-            | np.where(store_v6, codec.STOREHOST_V6_FLAG, 0)
+            (sys_flag & ~(layout.BORNHOST_V6_FLAG | layout.STOREHOST_V6_FLAG))
+            | np.where(born_v6, layout.BORNHOST_V6_FLAG, 0)
+            | np.where(store_v6, layout.STOREHOST_V6_FLAG, 0)
         )
 
         magic = _ints(table, "magic_version", self.magic_version)
         if not np.isin(magic, (1, 2)).all():
             raise ValueError("magic_version must be 1 or 2")
-        topic_lens = np.diff(codec._binary_parts(topics)[0])
+        topic_lens = np.diff(binary_parts(topics)[0])
         magic = np.where((magic == 1) & (topic_lens > _MAX_TOPIC_V1), 2, magic)
         if (topic_lens > _MAX_SHORT).any():
             raise ValueError("a topic is longer than 32767 bytes")
@@ -219,23 +221,23 @@ class StoreWriter:
         raw = _column(table, "properties_raw")
         mapped = _column(table, "properties")
         if mapped is not None:
-            props = codec.encode_properties(
+            props = encoding.encode_properties(
                 mapped, trailing_separator=self.properties_trailing_separator
             )
             if raw is not None:
                 props = pc.if_else(raw.is_valid(), raw.cast(pa.binary()), props)
         else:
             props = _binary(raw, n)
-        props_lens = np.diff(codec._binary_parts(props)[0])
+        props_lens = np.diff(binary_parts(props)[0])
         if (props_lens > _MAX_SHORT).any():
             raise ValueError("properties longer than 32767 bytes")
 
         bodies = _binary(_column(table, "body"), n)
-        compressed = np.flatnonzero((sys_flag & codec.COMPRESSED_FLAG) != 0)
+        compressed = np.flatnonzero((sys_flag & layout.COMPRESSED_FLAG) != 0)
         if len(compressed):
             plain = bodies.take(pa.array(compressed)).to_pylist()
             packed = [
-                codec.compress_body(b, int(f))
+                encoding.compress_body(b, int(f))
                 for b, f in zip(plain, sys_flag[compressed], strict=True)
             ]
             take = np.arange(n, dtype=np.int64)
@@ -243,7 +245,7 @@ class StoreWriter:
             bodies = pa.concat_arrays([bodies, pa.array(packed, type=pa.binary())]).take(
                 pa.array(take)
             )
-        body_offsets, body_data = codec._binary_parts(bodies)
+        body_offsets, body_data = binary_parts(bodies)
         body_lens = np.diff(body_offsets)
 
         crc_column = _column(table, "body_crc")
@@ -261,8 +263,8 @@ class StoreWriter:
                 zlib.crc32(view[a:b]) & 0x7FFFFFFF for a, b in zip(starts, stops, strict=True)
             ]
 
-        sizes = codec.record_sizes(sys_flag, body_lens, topic_lens, props_lens, magic)
-        if (sizes + codec.END_FILE_MIN_BLANK_LENGTH > self.commitlog_file_size).any():
+        sizes = layout.record_sizes(sys_flag, body_lens, topic_lens, props_lens, magic)
+        if not layout.fits_in_file(sizes, self.commitlog_file_size).all():
             raise ValueError(
                 f"a record of {int(sizes.max())} bytes does not fit in a {self.commitlog_file_size}-byte commit-log file"
             )
@@ -283,7 +285,7 @@ class StoreWriter:
             j = max(i + 1, int(np.searchsorted(ends, limit, side="right")))
             j = min(j, n)
             part = slice(i, j)
-            data = codec.encode_records(
+            data = encoding.encode_records(
                 phys=phys[part],
                 sizes=sizes[part],
                 magic_version=magic[part],
@@ -309,10 +311,10 @@ class StoreWriter:
 
         dispatched = self._dispatched(sys_flag)
         if mapped is not None and raw is None:
-            tags = pc.map_lookup(mapped, pa.scalar("TAGS", mapped.type.key_type), "last")
+            tags = pc.map_lookup(mapped, pa.scalar(layout.TAGS, mapped.type.key_type), "last")
         else:
-            tags = codec.decode_properties(props)[1]
-        tag_codes = codec.java_string_hash(tags).astype(np.int64)
+            tags = fields.decode_properties(props)[1]
+        tag_codes = layout.java_string_hash(tags).astype(np.int64)
         self._write_cq(topics_str, queue_id, queue_offset, phys, sizes, tag_codes, dispatched)
         return pa.table(
             {
@@ -325,8 +327,8 @@ class StoreWriter:
 
     @staticmethod
     def _dispatched(sys_flag: np.ndarray) -> np.ndarray:
-        tx = sys_flag & codec.TRANSACTION_MASK
-        return (tx == codec.TRANSACTION_NOT_TYPE) | (tx == codec.TRANSACTION_COMMIT_TYPE)
+        tx = sys_flag & layout.TRANSACTION_MASK
+        return (tx == layout.TRANSACTION_NOT_TYPE) | (tx == layout.TRANSACTION_COMMIT_TYPE)
 
     def _assign_queue_offsets(
         self, table: pa.Table, topics: pa.Array, queue_id: np.ndarray, sys_flag: np.ndarray
@@ -368,28 +370,12 @@ class StoreWriter:
         return result
 
     def _place(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Physical offsets of the records and the file start of each: a record goes to the
-        next file when fewer than its size + 8 bytes are left (the BLANK filler is written
-        when the writer moves on, ``_next_file``). Loops once per file."""
-        n = len(sizes)
-        ends = np.cumsum(sizes)
-        phys = np.empty(n, dtype=np.int64)
-        file_of = np.empty(n, dtype=np.int64)
-        i = 0
-        file_start, pos = self._file_start, self._pos
-        while i < n:
-            before = int(ends[i - 1]) if i else 0
-            room = self.commitlog_file_size - codec.END_FILE_MIN_BLANK_LENGTH - pos
-            j = int(np.searchsorted(ends, before + room, side="right"))
-            if j > i:
-                phys[i:j] = file_start + pos + (ends[i:j] - sizes[i:j] - before)
-                file_of[i:j] = file_start
-                pos += int(ends[j - 1]) - before
-                i = j
-            if i < n:
-                file_start += self.commitlog_file_size
-                pos = 0
-        return phys, file_of
+        """Physical offsets of the records and the file start of each, by the layout's
+        end-of-file rule (the BLANK filler is written when the writer moves on,
+        ``_next_file``)."""
+        size = self.commitlog_file_size
+        phys, _ = layout.place_records(sizes, self._file_start + self._pos, size)
+        return phys, phys - phys % size
 
     def _write_records(
         self, data: np.ndarray, phys: np.ndarray, file_of: np.ndarray, sizes: np.ndarray
@@ -443,9 +429,9 @@ class StoreWriter:
                 self._cq_started.add(name)
                 pad = int(offsets[0]) - first_entry
                 if pad > 0:
-                    blank = codec.encode_cq_entries(
+                    blank = encoding.encode_cq_entries(
                         np.zeros(pad, np.int64),
-                        np.full(pad, codec.CQ_PAD_SIZE),
+                        np.full(pad, layout.CQ_PAD_SIZE),
                         np.zeros(pad, np.int64),
                     )
                     os.pwrite(fd, blank, 0)
@@ -453,8 +439,8 @@ class StoreWriter:
             run_bounds = [0, *runs.tolist(), len(members)]
             for ra, rb in itertools.pairwise(run_bounds):
                 sel = members[ra:rb]
-                entries = codec.encode_cq_entries(phys[sel], sizes[sel], tag_codes[sel])
-                os.pwrite(fd, entries, (int(offsets[ra]) - first_entry) * codec.CQ_ENTRY_SIZE)
+                entries = encoding.encode_cq_entries(phys[sel], sizes[sel], tag_codes[sel])
+                os.pwrite(fd, entries, (int(offsets[ra]) - first_entry) * layout.CQ_ENTRY_SIZE)
 
     def close(self) -> None:
         if self._closed:

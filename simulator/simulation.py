@@ -16,7 +16,7 @@ or never. The committed half and op offsets of the last round go to ``consumerOf
 Everything is computed with numpy / pyarrow over arrays: per-transaction attributes up front,
 then one Python iteration per check round (the round itself is array operations over the half
 records in its window), and one Arrow table per round window in commit-log order, handed to
-``connectors.rocketmq.writer.StoreWriter`` in large batches.
+``simulator.writer.StoreWriter`` in large batches.
 
 Simplifications versus a live broker (also in ``docs/simulator.md``):
 
@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.rocketmq import codec, layout
 from schemas.messages import (
     DISCARD_TOPIC,
     HALF_TOPIC,
@@ -67,15 +68,7 @@ from schemas.messages import (
 DEFAULT_END_MS = 1_750_000_000_000
 OP_STYLES = ("4.9", "5.x")
 
-# Commit-log record layout (docs/spec/rocketmq-store.md): fixed fields of a v1 record with
-# IPv4 hosts; the body, topic and properties lengths come on top.
-RECORD_FIXED_V1 = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
-IPV6_EXTRA = 12
-END_FILE_MIN_BLANK_LENGTH = 8  # a record fits only when msgLen + 8 <= bytes left in the file
-MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-
-SYSFLAG_COMMIT = 0x8
-SYSFLAG_BORNHOST_V6 = 0x10
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # the broker's default maxMessageSize
 
 BROKER_STORE_HOST = "10.0.0.10:10911"
 CLUSTER_NAME = "DefaultCluster"
@@ -293,20 +286,12 @@ class _Grow:
         return self._data[: self.n]
 
 
-def java_string_hash(text: str) -> int:
-    """Java ``String.hashCode()`` as an unsigned 32-bit value."""
-    value = 0
-    for char in text:
-        value = (31 * value + ord(char)) & 0xFFFFFFFF
-    return value
-
-
 def java_hashmap_order(keys: list[str], capacity: int) -> list[str]:
     """Iteration order of a ``java.util.HashMap`` of ``capacity`` buckets holding ``keys``
     inserted in the given order (bucket index of the spread hash, then insertion order)."""
 
     def bucket(key: str) -> int:
-        h = java_string_hash(key)
+        h = layout.java_string_hash_one(key) & 0xFFFFFFFF
         return (h ^ (h >> 16)) & (capacity - 1)
 
     return [key for _, _, key in sorted((bucket(key), rank, key) for rank, key in enumerate(keys))]
@@ -409,36 +394,6 @@ def _pad_to(header: pa.Array, total: np.ndarray, tail: str) -> pa.Array:
     pad_len = np.clip(total - head_len - len(tail), 0, _MAX_PAD)
     pads = _pads().take(pa.array(pad_len))
     return _join(header, pads, pa.scalar(tail))
-
-
-def _blank_layout(sizes: np.ndarray, position: int, file_size: int) -> tuple[np.ndarray, int]:
-    """Commit-log offsets of records of ``sizes`` appended from ``position`` (absolute), with
-    RocketMQ's end-of-file rule: a record goes to the next file unless
-    ``size + 8 <= bytes left``; the rest of the file becomes a BLANK filler.
-
-    Returns (offsets, position after the last record)."""
-    n = len(sizes)
-    offsets = np.empty(n, dtype=np.int64)
-    done = 0
-    while done < n:
-        rest = sizes[done:]
-        starts = position + np.concatenate(([0], np.cumsum(rest[:-1], dtype=np.int64)))
-        file_end = (position // file_size + 1) * file_size
-        # Every record before the first misfit lies in the current file (starts are increasing).
-        misfit = np.flatnonzero(starts + rest + END_FILE_MIN_BLANK_LENGTH > file_end)
-        if misfit.size == 0:
-            offsets[done:] = starts
-            position = int(starts[-1] + rest[-1])
-            break
-        k = int(misfit[0])
-        offsets[done : done + k] = starts[:k]
-        done += k
-        position = file_end  # BLANK filler up to the end of the file
-        if int(sizes[done]) + END_FILE_MIN_BLANK_LENGTH > file_size:
-            raise ValueError(
-                f"a record of {int(sizes[done])} bytes does not fit in a commit-log file"
-            )
-    return offsets, position
 
 
 # --------------------------------------------------------------------------- the engine
@@ -769,7 +724,7 @@ class Simulation:
         return self.inst_host.take(pa.array(self.t_inst[txn]))
 
     def _half_sysflag(self, txn: np.ndarray) -> np.ndarray:
-        return np.where(self.inst_v6[self.t_inst[txn]], SYSFLAG_BORNHOST_V6, 0).astype(np.int32)
+        return np.where(self.inst_v6[self.t_inst[txn]], layout.BORNHOST_V6_FLAG, 0).astype(np.int32)
 
     def _half_records(
         self,
@@ -1143,7 +1098,7 @@ class Simulation:
         topics = pa.array(self.topic_names, pa.string())
         cols["topic"] = topics.take(pa.array(self.t_topic[txn]))
         cols["queue_id"] = self.t_qid[txn].astype(np.int32)
-        cols["sys_flag"] = cols["sys_flag"] | SYSFLAG_COMMIT
+        cols["sys_flag"] = cols["sys_flag"] | layout.TRANSACTION_COMMIT_TYPE
         cols["_prepared_half"] = half_off
         return cols
 
@@ -1266,7 +1221,7 @@ class Simulation:
             "topic": names.take(pa.array(topic)),
             "queue_id": self.o_qid[idx].astype(np.int32),
             "queue_offset": None,
-            "sys_flag": np.where(v6, SYSFLAG_BORNHOST_V6, 0).astype(np.int32),
+            "sys_flag": np.where(v6, layout.BORNHOST_V6_FLAG, 0).astype(np.int32),
             "flag": np.zeros(n, np.int32),
             "born_timestamp_ms": self.o_born[idx],
             "born_host": self.other_host.take(pa.array(inst)),
@@ -1298,16 +1253,16 @@ class Simulation:
         table = table.take(pa.array(order))
         half_ref = np.concatenate(half_refs)[order]
         # layout: stored sizes and commit-log offsets, as the writer will assign them
-        sizes = (
-            RECORD_FIXED_V1
-            + _lengths(table.column("body"))
-            + _lengths(table.column("topic"))
-            + _lengths(table.column("properties_raw"))
-            + IPV6_EXTRA * ((table.column("sys_flag").to_numpy() & SYSFLAG_BORNHOST_V6) > 0)
+        sizes = layout.record_sizes(
+            table.column("sys_flag").to_numpy().astype(np.int64),
+            _lengths(table.column("body")),
+            _lengths(table.column("topic")),
+            _lengths(table.column("properties_raw")),
+            magic_version=np.ones(table.num_rows, dtype=np.int64),
         )
         if sizes.size and int(sizes.max()) > MAX_MESSAGE_SIZE:
             raise ValueError("a simulated record exceeds the broker's maximum message size")
-        offsets, self.position = _blank_layout(
+        offsets, self.position = layout.place_records(
             sizes.astype(np.int64), self.position, self.c.commitlog_file_size
         )
         # commit-log offsets of half records, then the prepared offsets of real messages
@@ -1355,23 +1310,24 @@ class Simulation:
         return table
 
 
+# What the simulator hands the writer: the decoded record's header columns (their types
+# come from the decoder's schema), the properties still encoded, the body and the tags.
+_HEADER_COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "flag",
+    "born_timestamp_ms",
+    "born_host",
+    "store_timestamp_ms",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+)
 RECORD_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("sys_flag", pa.int32()),
-        ("flag", pa.int32()),
-        ("born_timestamp_ms", pa.int64()),
-        ("born_host", pa.string()),
-        ("store_timestamp_ms", pa.int64()),
-        ("store_host", pa.string()),
-        ("reconsume_times", pa.int32()),
-        ("prepared_transaction_offset", pa.int64()),
-        ("properties_raw", pa.binary()),
-        ("body", pa.binary()),
-        ("tags", pa.string()),
-    ]
+    [codec.RECORD_SCHEMA.field(name) for name in _HEADER_COLUMNS]
+    + [("properties_raw", pa.binary()), ("body", pa.binary()), ("tags", pa.string())]
 )
 
 
@@ -1436,7 +1392,7 @@ def write_store(
     began = time.perf_counter()
     root = Path(root)
     if writer_factory is None:
-        from connectors.rocketmq.writer import StoreWriter
+        from simulator.writer import StoreWriter
 
         writer_factory = StoreWriter
     sim = Simulation(config)

@@ -1,0 +1,1 @@
+"""Checks of the code itself that ruff, mypy and pylint do not make (run by ``make lint``)."""

@@ -1,0 +1,73 @@
+"""Which transactions are resolved (transforms/resolve.py, spec section 4), through both the
+shuffle branch and the broadcast branch of ``resolved_transactions``, on inline frames."""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
+
+HALF = "broker STRING, queue_id INT, queue_offset BIGINT, prepared_queue_offset BIGINT, uniq_key STRING"
+KEYS = "broker STRING, queue_id INT, transaction_key STRING"
+
+
+@pytest.fixture(scope="module")
+def half(spark: SparkSession) -> DataFrame:
+    return with_transaction_key(
+        spark.createDataFrame(
+            [
+                ("b", 0, 0, None, "K1"),  # named by offset (rule 1)
+                ("b", 0, 1, 0, "K1"),  # its immunity copy
+                ("b", 0, 2, None, "K2"),  # original of K2, not named itself
+                ("b", 0, 3, 2, "K2"),  # copy naming K2's original: named (rule 2)
+                ("b", 0, 4, None, "K3"),  # never named
+                ("b", 0, 5, None, None),  # no UNIQ_KEY, named by offset: its own transaction
+                ("b", 0, 6, None, None),  # no UNIQ_KEY, never named
+                ("b", 1, 0, None, "K4"),  # queue 1's offset 0 is not named (queue 0's is)
+            ],
+            HALF,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def named(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame(
+        [("b", 0, 0), ("b", 0, 0), ("b", 0, 2), ("b", 0, 5), ("c", 1, 0)],
+        "broker STRING, queue_id INT, half_offset BIGINT",
+    )
+
+
+def _keys(spark: SparkSession, keys: list[str]) -> DataFrame:
+    return spark.createDataFrame([("b", 0, key) for key in keys], KEYS)
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["shuffle", "broadcast"])
+def test_resolved_transactions_by_rules_1_and_2(
+    spark: SparkSession, half: DataFrame, named: DataFrame, small: bool
+) -> None:
+    of = half if small else None
+    got = resolved_transactions(half, named, of=of, small=small)
+    expected = _keys(spark, ["K1", "K2", "\u0000offset:5"])
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["shuffle", "broadcast"])
+def test_resolved_transactions_of_some_records_settles_only_theirs(
+    spark: SparkSession, half: DataFrame, named: DataFrame, small: bool
+) -> None:
+    # The copy at offset 3 asks about K2: every record of K2 is looked up, and K1 is not.
+    of = half.filter("queue_offset IN (3, 4)")
+    got = resolved_transactions(half, named, of=of, small=small)
+    assert_df_equality(got, _keys(spark, ["K2"]), ignore_row_order=True, ignore_nullable=True)
+
+
+def test_unresolved_half_drops_every_record_of_a_resolved_transaction(
+    spark: SparkSession, half: DataFrame, named: DataFrame
+) -> None:
+    resolved = resolved_transactions(half, named)
+    got = unresolved_half(half, resolved).select("queue_id", "queue_offset")
+    expected = spark.createDataFrame([(0, 4), (0, 6), (1, 0)], "queue_id INT, queue_offset BIGINT")
+    assert_df_equality(got, expected, ignore_row_order=True)
