@@ -423,7 +423,10 @@ class DeltaSparkOutput:
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
-        self.root = root.rstrip("/")
+        folder = local_root(root)
+        # Delta reads a relative path ("out/bad_records") as a table name and refuses it: a
+        # local root is made absolute against the driver's working directory, as delta-rs does.
+        self.root = folder.resolve().as_posix() if folder is not None else root.rstrip("/")
 
     def table_location(self, table: str) -> str:
         return f"{self.root}/{table}"

@@ -31,9 +31,12 @@ def _submit(tmp_path: Path, delta: bool, *extra: str) -> tuple[subprocess.Comple
     # tables: Delta's state rebuilt in 2 partitions, not 50 (as jobs/session.py does locally).
     argv[1:1] = ["--conf", f"spark.jars.ivy={ivy_dir()}"]
     argv[1:1] = ["--conf", "spark.databricks.delta.snapshotPartitions=2"]
-    argv += [*segment_argv(half, op, output, offsets), "--as-of", str(AS_OF), *extra]
     workdir = tmp_path / "elsewhere"  # outside the checkout: only the package is used
     workdir.mkdir()
+    # The output as users type it, relative to the working directory ("../out"): Delta takes
+    # a relative table path for a table name unless the writer resolves it.
+    relative = Path(os.path.relpath(output, workdir))
+    argv += [*segment_argv(half, op, relative, offsets), "--as-of", str(AS_OF), *extra]
     result = subprocess.run(
         argv, cwd=workdir, env=ENV, capture_output=True, text=True, timeout=2400
     )
