@@ -9,6 +9,9 @@ of two brokers; then the same submission with ``--master local[2]``. Asserted:
 
 * the six tables of both runs are equal row for row (same ``--as-of`` and ``--run-id``;
   run-time columns left out), and so are the offset fragments;
+* the same cluster submission with Delta's own writer (``--writer delta-spark``, Delta's jars
+  through ``--packages`` as the README prints it) writes the same rows, and its commits are
+  Delta-Spark's;
 * the reader's tasks ran on both workers (Spark's event log);
 * nothing was written into the stores, the checkout or the working directory, and the
   stores are unchanged.
@@ -33,7 +36,13 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from connectors.delta import LOCK_NAME
+from connectors.delta import (
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    LOCK_NAME,
+    delta_spark_coordinate,
+    ivy_dir,
+)
 from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from jobs.package import ENTRY_NAME, ZIP_NAME
 from jobs.reconcile import PHASE_PREFIX
@@ -48,6 +57,7 @@ from schemas.outputs import (
 from simulator.simulation import DEFAULT_END_MS
 from tests.cluster.executor_venv import ensure_executor_venv
 from tests.cluster.standalone import StandaloneCluster, clean_env
+from tests.delta.helpers import commit_infos, engine
 
 pytestmark = pytest.mark.cluster
 
@@ -69,6 +79,23 @@ TABLES = (
     BAD_RECORDS_TABLE,
 )
 RUN_TIME_COLUMNS = {RUN_SUMMARY_TABLE: {"written_at_ms", "duration_ms"}}
+# Runs through the two writers differ in the writer they name, and in nothing else.
+WRITER_COLUMNS = {RUN_SUMMARY_TABLE: {"written_at_ms", "duration_ms", "writer"}}
+# The README's delta-spark command: Delta's jars and extension (the jars resolved into the
+# project's Ivy cache, as for the job's own Delta session); tiny tables: Delta's state rebuilt in
+# 2 partitions, not 50.
+DELTA_SPARK_SUBMIT = (
+    "--packages",
+    delta_spark_coordinate(),
+    "--conf",
+    f"spark.sql.extensions={DELTA_EXTENSION}",
+    "--conf",
+    f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}",
+    "--conf",
+    f"spark.jars.ivy={ivy_dir()}",
+    "--conf",
+    "spark.databricks.delta.snapshotPartitions=2",
+)
 SUBMIT_TIMEOUT_S = 900
 
 
@@ -83,6 +110,7 @@ class Submitted:
 class Runs:
     cluster: Submitted
     local: Submitted
+    cluster_delta_spark: Submitted
     workers: dict[str, str]  # web UI host:port -> worker id
     work: Path
     checkout_before: dict
@@ -136,12 +164,12 @@ def _hashes(root: Path) -> dict[str, tuple[str, int, int]]:
     return found
 
 
-def _rows(output: Path, table: str) -> list[str]:
+def _rows(output: Path, table: str, skip_columns: dict = RUN_TIME_COLUMNS) -> list[str]:
     path = str(output / table)
     data = DeltaTable(path).to_pyarrow_table(
         filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem())
     )
-    skip = RUN_TIME_COLUMNS.get(table, set())
+    skip = skip_columns.get(table, set())
     rows = [{k: v for k, v in row.items() if k not in skip} for row in data.to_pylist()]
     return sorted(json.dumps(row, sort_keys=True, default=repr) for row in rows)
 
@@ -166,9 +194,11 @@ def _submit(
     work: Path,
     dist: Path,
     extra: tuple[str, ...] = (),
+    job_extra: tuple[str, ...] = (),
 ) -> Submitted:
     """The README's cluster command (plus this test's scratch and event-log settings);
-    ``extra``: more spark-submit options (the delta-spark variant's ``--packages`` ...)."""
+    ``extra``: more spark-submit options (the delta-spark variant's ``--packages`` ...),
+    ``job_extra``: more arguments of the job."""
     venv_bin = python.parent
     spark_home = _spark_home(python)
     output = base / f"out-{name}"
@@ -228,6 +258,7 @@ def _submit(
         str(AS_OF),
         "--run-id",
         RUN_ID,
+        *job_extra,
     ]
     print(f"\n$ (cd {work} && {' '.join(argv)})", flush=True)
     started = time.monotonic()
@@ -294,11 +325,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         workers = {urlparse(w["webuiaddress"]).netloc: w["id"] for w in cluster.state()["workers"]}
         print(f"\ncluster {cluster.url}: workers {sorted(workers.values())}", flush=True)
         on_cluster = _submit(python, cluster.url, "cluster", base, work, dist)
+        delta_spark = _submit(
+            python,
+            cluster.url,
+            "cluster-delta-spark",
+            base,
+            work,
+            dist,
+            extra=DELTA_SPARK_SUBMIT,
+            job_extra=("--writer", "delta-spark"),
+        )
     local = _submit(python, "local[2]", "local", base, work, dist)
 
     yield Runs(
         cluster=on_cluster,
         local=local,
+        cluster_delta_spark=delta_spark,
         workers=workers,
         work=work,
         checkout_before=checkout_before,
@@ -391,21 +433,19 @@ def test_nothing_written_outside_the_output(runs: Runs) -> None:
     assert sorted(runs.work.iterdir()) == []
     assert runs.checkout_after == runs.checkout_before
     assert runs.stores_after == runs.stores_before
-    for submitted in (runs.cluster, runs.local):
+    for submitted in (runs.cluster, runs.local, runs.cluster_delta_spark):
         # The commit lock (docs/decisions.md, concurrent processes) is a flock file: it stays.
         assert sorted(p.name for p in submitted.output.iterdir()) == sorted(
             [*TABLES, "offset_fragments", LOCK_NAME]
         )
 
 
-# DELTA-SPARK VARIANT (issue 16, to be added once delta-spark writes for real, issue 13):
-# the same two submissions with
-#   --packages io.delta:delta-spark_2.13:4.4.1
-#   --conf spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension
-#   --conf spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog
-#   --conf spark.jars.ivy=<base>/ivy (Ivy's cache and resolution files off the home folder)
-# passed as `_submit(..., extra=(...))` inside the same `with StandaloneCluster(...)` block
-# of the `runs` fixture (one more cluster submission and one more local[2] one), and the
-# resulting tables compared with each other and with the delta-rs tables by `_rows`
-# (delta-spark's rows read back with deltalake). Not done here: delta-spark's writer is
-# not a real writer until issue 13 lands.
+@pytest.mark.parametrize("table", TABLES)
+def test_delta_spark_on_the_cluster_writes_the_same_rows(runs: Runs, table: str) -> None:
+    through_delta_spark = _rows(runs.cluster_delta_spark.output, table, WRITER_COLUMNS)
+
+    assert through_delta_spark == _rows(runs.local.output, table, WRITER_COLUMNS)
+    infos = commit_infos(runs.cluster_delta_spark.output / table)
+    assert infos, f"{table}: no commits"
+    version = delta_spark_coordinate().rsplit(":", 1)[1]
+    assert {engine(info) for info in infos} == {f"Apache-Spark/4.2.0 Delta-Lake/{version}"}
