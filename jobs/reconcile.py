@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, ""):  # spark-submit jobs/reconcile.py: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -34,6 +35,10 @@ from pyspark.sql import functions as F
 from connectors.errors import InputError
 from jobs.config import JobConfig, load_config
 from schemas.messages import COMMITTED_OFFSET
+
+if TYPE_CHECKING:
+    from transforms.params import RoundParams
+    from transforms.round import RoundOutputs
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 FAULT_ENV = "RMQ_RECONCILE_FAIL_AFTER"  # test hook: stop right after committing this table
@@ -739,7 +744,7 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
         raise StrictModeError(
             f"{bad} bad record(s) and --strict is set; first: {first['reason']} at {first['source']}:{first['position']}"
         )
-    outputs = shape_outputs(state)
+    outputs = with_pending_history(spark, shape_outputs(state), args.output, params)
     _phase(spark, "write")
     from connectors.delta import open_output
 
@@ -770,6 +775,21 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
     spark.sparkContext.setJobDescription(None)
     progress("done")
     return EXIT_OK
+
+
+def with_pending_history(
+    spark: SparkSession, outputs: RoundOutputs, output: str, params: RoundParams
+) -> RoundOutputs:
+    """Pending rows that carry their first sighting from the output root's earlier runs."""
+    from dataclasses import replace
+
+    from jobs.history import earlier_pending
+    from transforms.pending_history import carry_pending_since
+
+    earlier = earlier_pending(spark, output, params.run_id, params.as_of_ms)
+    if earlier is None:
+        return outputs
+    return replace(outputs, pending=carry_pending_since(outputs.pending, earlier))
 
 
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:

@@ -56,7 +56,16 @@ CHECK_REQUESTS = T.StructType(HALF_ROW_FIELDS + RUN_COLUMNS)
 
 DISCARDS = T.StructType(HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + RUN_COLUMNS)
 
-PENDING = T.StructType(HALF_ROW_FIELDS + [T.StructField("status", T.StringType())] + RUN_COLUMNS)
+# Pending across runs: the earliest earlier run of the output root that had the transaction
+# pending (this run when none did) and its T (transforms.pending_history).
+PENDING_SINCE_FIELDS = [
+    T.StructField("first_seen_run_id", T.StringType()),
+    T.StructField("pending_since_ms", T.LongType()),
+]
+
+PENDING = T.StructType(
+    HALF_ROW_FIELDS + [T.StructField("status", T.StringType())] + PENDING_SINCE_FIELDS + RUN_COLUMNS
+)
 
 CONSUME_OFFSETS = T.StructType(
     [

@@ -46,6 +46,7 @@ from transforms.operator_fields import (
 )
 from transforms.ops import explode_op_items
 from transforms.params import RoundParams
+from transforms.pending_history import first_seen_now
 from transforms.round_stages import (
     NOTE,
     bad_record_counts,
@@ -322,7 +323,9 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
         params,
         [discard_reason.alias("reason"), *run],
     )
-    pending_rows = _half_rows(pending, params, [F.col("status"), *run])
+    # New to this run; the job carries earlier sightings over (transforms.pending_history).
+    since = first_seen_now(params.run_id, params.as_of_ms)
+    pending_rows = _half_rows(pending, params, [F.col("status"), *since, *run])
     attention = attention_counts(pending, params)
     summary = (
         state.queues.join(attention, QUEUE_KEY, how="left")

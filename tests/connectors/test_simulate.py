@@ -9,7 +9,6 @@ determinism, counts, cross-references and, when the reader exists, a clean read-
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import struct
 import subprocess
@@ -27,13 +26,6 @@ from simulator.simulation import (
     SimConfig,
     iterate_records,
     java_hashmap_order,
-)
-
-HAVE_WRITER = importlib.util.find_spec("simulator.writer") is not None
-HAVE_READER = importlib.util.find_spec("connectors.rocketmq.reader") is not None
-needs_writer = pytest.mark.skipif(not HAVE_WRITER, reason="simulator/writer.py not there yet")
-needs_reader = pytest.mark.skipif(
-    not (HAVE_WRITER and HAVE_READER), reason="store reader not there yet"
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -395,7 +387,6 @@ def _run_cli(out: Path, *args: str) -> str:
     return done.stdout
 
 
-@needs_writer
 def test_cli_is_deterministic_and_counts_match_the_summary(tmp_path):
     from simulator.simulation import write_store
 
@@ -423,7 +414,6 @@ def test_cli_is_deterministic_and_counts_match_the_summary(tmp_path):
     assert 0 < summary.op_offset <= summary.op_queue_end
 
 
-@needs_reader
 @pytest.mark.parametrize("op_style", ["4.9", "5.x"])
 def test_every_record_reads_back_as_simulated(tmp_path, op_style):
     """Writer -> reader round trip of every topic (consume queues, CRCs checked) against the
@@ -476,7 +466,6 @@ def test_every_record_reads_back_as_simulated(tmp_path, op_style):
         assert dict(have["properties"]) == want["props"]
 
 
-@needs_reader
 def test_store_reads_back_on_spark_without_bad_records(spark, tmp_path):
     from connectors.rocketmq.reader import StoreSpec, read_stores
     from simulator.simulation import write_store

@@ -94,7 +94,8 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
 
     assert main(args, spark=spark) == 0
     assert main(args, spark=spark) == 0
-    assert main([*args[:-1], "run-2"], spark=spark) == 0
+    # One millisecond later: the same round, and run-1 is an earlier run of this root.
+    assert main([*args[:-3], str(AS_OF + 1), "--run-id", "run-2"], spark=spark) == 0
 
     for table, schema in TABLE_SCHEMAS.items():
         data = read_table(output, table)
@@ -109,6 +110,12 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
     )
     # 0 and 1 are resolved by the ops; 2 reached the max; 3 is too young and stops the round.
     assert run_1 == [(2, "discard_check_max", 15), (3, "too_young", None)]
+    # Pending across runs: run-2 inherits run-1's first sighting; run-1's rerun did not see
+    # its own earlier rows as history.
+    assert {(r["run_id"], r["first_seen_run_id"], r["pending_since_ms"]) for r in pending} == {
+        ("run-1", "run-1", AS_OF),
+        ("run-2", "run-1", AS_OF),
+    }
     offsets = {
         (r["topic"], r["run_id"]): (r["offset_before"], r["offset_after"], r["offset_safe"])
         for r in read_table(output, "consume_offsets").to_pylist()
