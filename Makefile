@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-faults
+.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -41,8 +41,8 @@ run: $(STAMP) $(SAMPLE_STAMP) ## Simulate a sample broker store (again when SAMP
 test: $(STAMP) ## Run the test suite
 	$(BIN)/python -m pytest
 
-test-faults: $(STAMP) ## Faults and concurrency with real processes: a kill after each table, two runs on one root
-	$(BIN)/python -m pytest -m faults tests/robustness/test_faults.py
+test-processes: $(STAMP) ## Real processes: a kill after each table, two runs on one root, the printed spark-submit command, the README snippet
+	$(BIN)/python -m pytest -m 'faults or processes' tests/robustness/test_faults.py tests/jobs/test_package.py tests/jobs/test_front_door.py
 
 # Issue 10, real RocketMQ brokers. The harness half: build harness/rocketmq/v5 (5.3.3) and v4
 # (4.9.7) with Maven (dependencies cached in ~/.m2; needs Maven Central once, JDK 17) and run each

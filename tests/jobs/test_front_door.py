@@ -32,6 +32,8 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
 
 
+# A fresh Python process starts its own Spark JVM: make test-processes, outside make test.
+@pytest.mark.processes
 def test_the_readme_notebook_snippet_runs_verbatim_with_a_plain_session(tmp_path: Path) -> None:
     snippet = readme_snippet()
     assert "SparkSession.builder.getOrCreate()" in snippet  # it says how to get `spark`

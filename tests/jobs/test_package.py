@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from jobs.package import build
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import read_table
@@ -18,6 +20,8 @@ from tests.jobs.test_cli import read_table
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# A fresh shell starts its own spark-submit JVM: make test-processes, outside make test.
+@pytest.mark.processes
 def test_the_printed_command_runs_as_is_from_a_fresh_shell_and_stays_quiet(
     tmp_path: Path,
 ) -> None:

@@ -15,7 +15,7 @@ from jobs.reconcile import FAULT_ENV, main
 from tests.robustness.store import TABLES, T, comparable, half, op, read_table, rows_of, write
 
 # Real processes killed mid-write and two concurrent runs: minutes of JVM starts, so their own
-# suite (`make test-faults`, run by .ci/run), outside `make test`.
+# suite (`make test-processes`, run by .ci/run), outside `make test`.
 pytestmark = pytest.mark.faults
 
 ROOT = Path(__file__).resolve().parents[2]
