@@ -34,6 +34,11 @@ def test_the_printed_command_runs_as_is_from_a_fresh_shell_and_stays_quiet(
     names = set(zipfile.ZipFile(archive).namelist())
     assert {
         "jobs/reconcile.py",
+        "jobs/cli.py",
+        "jobs/extract.py",
+        "jobs/run.py",
+        "jobs/notebook.py",
+        "jobs/output.py",
         "transforms/round.py",
         "schemas/outputs.py",
         "connectors/delta.py",
