@@ -42,7 +42,14 @@ def test_the_printed_command_runs_as_is_from_a_fresh_shell_and_stays_quiet(
         "transforms/round.py",
         "schemas/outputs.py",
         "connectors/delta.py",
+        "connectors/delta_jars.py",
+        "connectors/delta_commit.py",
+        "connectors/delta_rs.py",
+        "connectors/delta_spark.py",
         "connectors/rocketmq/reader.py",
+        "connectors/rocketmq/read_plan.py",
+        "connectors/rocketmq/read_tasks.py",
+        "connectors/rocketmq/combined.py",
         "conf/default.toml",
     } <= names
     # The simulator and the store writer are tooling, not the job: the run below works without.
