@@ -1,7 +1,7 @@
 """Per-phase figures of a job run from Spark's own event log.
 
 The job labels its Spark jobs with ``setJobDescription("rmq-txn-reconcile: <phase>")``
-(``_phase`` in ``jobs/reconcile.py``); Spark copies the label into the ``Properties`` of each
+(``_phase`` in ``jobs/run.py``); Spark copies the label into the ``Properties`` of each
 ``SparkListenerJobStart`` as ``spark.job.description``. The event log is JSON lines:
 
 * ``SparkListenerJobStart``: ``Job ID``, ``Submission Time``, ``Stage IDs``, ``Properties``

@@ -23,13 +23,7 @@ MAX_LINES = 70
 
 # Functions allowed to stay longer for now, each with the issue that removes it. Keep it short:
 # a new entry needs a reason a reviewer accepts.
-KEPT: dict[str, str] = {
-    # issue 12 (speed) owns the store reader's hot path and the round; it splits these.
-    "connectors/rocketmq/reader.py:plan_store": "issue 12",
-    "connectors/rocketmq/reader.py:run_queue_unit": "issue 12",
-    # issue 14's job split (cli / run / output) comes after issue 12 lands.
-    "jobs/reconcile.py:*": "issue 14 (jobs split, after issue 12)",
-}
+KEPT: dict[str, str] = {}
 
 
 def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

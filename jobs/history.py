@@ -9,7 +9,7 @@ log, so this reads the tables of either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -19,6 +19,9 @@ from pyspark.sql import types as T
 
 from connectors.delta import PARTITION_COLUMN, local_root
 from schemas.outputs import PENDING, PENDING_TABLE, RUN_SUMMARY_TABLE
+from transforms.params import RoundParams
+from transforms.pending_history import carry_pending_since
+from transforms.round import RoundOutputs
 
 # What carry_pending_since reads of an earlier pending row (run_id is the partition column:
 # it is in Delta's log, not in the files, and is added per run below).
@@ -103,3 +106,14 @@ def earlier_pending(spark: SparkSession, root: str, run_id: str, as_of_ms: int) 
     for frame in frames[1:]:
         earlier = earlier.unionByName(frame)
     return earlier
+
+
+def with_pending_history(
+    spark: SparkSession, outputs: RoundOutputs, root: str, params: RoundParams
+) -> RoundOutputs:
+    """``outputs`` with pending rows that carry their first sighting from the earlier runs of
+    the output root ``root`` (unchanged when it has none)."""
+    earlier = earlier_pending(spark, root, params.run_id, params.as_of_ms)
+    if earlier is None:
+        return outputs
+    return replace(outputs, pending=carry_pending_since(outputs.pending, earlier))

@@ -38,10 +38,23 @@ def test_the_printed_command_runs_as_is_from_a_fresh_shell_and_stays_quiet(
     names = set(zipfile.ZipFile(archive).namelist())
     assert {
         "jobs/reconcile.py",
+        "jobs/cli.py",
+        "jobs/extract.py",
+        "jobs/run.py",
+        "jobs/notebook.py",
+        "jobs/output.py",
+        "jobs/history.py",
         "transforms/round.py",
         "schemas/outputs.py",
         "connectors/delta.py",
+        "connectors/delta_jars.py",
+        "connectors/delta_commit.py",
+        "connectors/delta_rs.py",
+        "connectors/delta_spark.py",
         "connectors/rocketmq/reader.py",
+        "connectors/rocketmq/read_plan.py",
+        "connectors/rocketmq/read_tasks.py",
+        "connectors/rocketmq/combined.py",
         "conf/default.toml",
     } <= names
     # The simulator and the store writer are tooling, not the job: the run below works without.

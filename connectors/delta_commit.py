@@ -1,0 +1,52 @@
+"""What both Delta writers agree on: the partition column, the table properties, the
+offsets table's merge keys, how often a commit is retried, and the lock that serialises
+commits to a local output root across processes."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+PARTITION_COLUMN = "run_id"
+LOCK_NAME = ".rmq-txn-reconcile.lock"
+# Set on every table at creation by both writers, so that either can write what the other
+# created: no deletion vectors and classic checkpoints keep the protocol at reader 1 /
+# writer 2, the features delta-rs and delta-spark both write (the schemas have no
+# timestamp-without-time-zone column either: times are epoch-ms longs).
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false", "delta.checkpointPolicy": "classic"}
+OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
+COMMIT_ATTEMPTS = 8
+
+
+def local_root(root: str) -> Path | None:
+    """The directory of a local output root (plain path or file: URI), else None."""
+    if root.startswith("file:"):
+        return Path(re.sub(r"^file:(//)?", "", root))
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", root):
+        return None  # s3://, abfss://, hdfs://: the store's own commit protocol applies
+    return Path(root)
+
+
+@contextlib.contextmanager
+def commit_lock(root: str) -> Iterator[None]:
+    """Hold an exclusive lock on a local output root while committing to its tables.
+
+    On a local file system Delta's log store guards a commit only inside one JVM and
+    delta-rs has no guard across processes, so two processes could both write the same
+    ``_delta_log`` version. Both writers take this ``flock`` around each commit; the kernel
+    drops it when a process dies, so a crashed run never blocks the next one.
+    """
+    folder = local_root(root)
+    if folder is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / LOCK_NAME, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

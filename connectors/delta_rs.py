@@ -1,0 +1,203 @@
+"""The delta-rs writer (the default): Spark executors write the rows as Parquet files into
+the table folder; delta-rs then commits those files in one transaction that replaces the
+run's partition (``mode="overwrite"`` with a partition filter on ``run_id``). Nothing
+proportional to the data passes through the driver, only the list of files. The offsets
+table, one row per queue and topic, is merged.
+
+The driver lists files the executors wrote, so it counts the rows in what it found against
+the rows the executors counted while writing and commits nothing when they differ
+(``RowsNotCommittedError``): on a cluster whose output root is not shared storage it would
+otherwise commit empty tables (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Field
+from deltalake.transaction import AddAction
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connectors.arrow import to_arrow_schema
+from connectors.delta_commit import (
+    COMMIT_ATTEMPTS,
+    OFFSETS_MERGE_KEYS,
+    PARTITION_COLUMN,
+    TABLE_PROPERTIES,
+    commit_lock,
+)
+from schemas.outputs import CONSUME_OFFSETS_TABLE
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class RowsNotCommittedError(RuntimeError):
+    """The driver found fewer (or more) rows in the staged files than the executors wrote."""
+
+
+def partition_folder(run_id: str) -> str:
+    """A folder name for a run's files. Delta readers take partition values from the log,
+    not from paths, so the folder only needs to be a safe, stable, readable name."""
+    safe = _SAFE.sub("_", run_id)
+    if safe != run_id:
+        safe = f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
+    return f"{PARTITION_COLUMN}={safe}"
+
+
+def check_committed_rows(table: str, written: int, found: int, staging: Path) -> None:
+    """Refuse to commit when the files the driver lists do not hold the rows the executors
+    wrote: executors write on their own file system and the driver lists its own, so an
+    output root that is not shared storage would otherwise commit an empty (or partial)
+    table without a word. See docs/cluster.md."""
+    if written != found:
+        raise RowsNotCommittedError(
+            f"{table}: executors wrote {written} rows but the driver found {found} in"
+            f" {staging}; nothing committed. The output root must be storage that the driver"
+            " and every executor share (or run with delta-spark)"
+        )
+
+
+def _retry(commit: Callable[[], object]) -> None:
+    """Concurrent runs commit to the same tables: retry on optimistic-concurrency conflicts."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            commit()
+            return
+        except CommitFailedError:
+            if attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * 2**attempt)
+
+
+class DeltaRsOutput:
+    """delta-rs commits of files written by Spark (see module docstring)."""
+
+    name = "delta-rs"
+
+    def __init__(self, spark: SparkSession, root: Path) -> None:
+        self.spark = spark
+        self.root = root
+
+    def table_path(self, table: str) -> Path:
+        return self.root / table
+
+    def ensure_table(self, table: str, schema: T.StructType) -> None:
+        path = self.table_path(table)
+        arrow = to_arrow_schema(schema)
+        try:
+            existing = DeltaTable(str(path))
+        except TableNotFoundError:
+            path.mkdir(parents=True, exist_ok=True)
+            with (
+                commit_lock(str(self.root)),
+                contextlib.suppress(CommitFailedError),  # a concurrent run created it first
+            ):
+                DeltaTable.create(
+                    str(path),
+                    arrow,
+                    mode="ignore",
+                    partition_by=[PARTITION_COLUMN],
+                    configuration=TABLE_PROPERTIES,
+                )
+            return
+        present = {field.name for field in pa.schema(existing.schema().to_arrow())}
+        missing = [field for field in arrow if field.name not in present]
+        if missing:  # e.g. a first run with --include-body adds `body`
+            with commit_lock(str(self.root)):
+                _retry(
+                    lambda: DeltaTable(str(path)).alter.add_columns(
+                        [Field.from_arrow(field) for field in missing]
+                    )
+                )
+
+    def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
+        """Write ``frame`` (which has ``schema``, ``run_id`` included) as the run's partition."""
+        path = self.table_path(table)
+        staging = path / partition_folder(run_id) / f"write-{uuid.uuid4().hex}"
+        data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
+        # Timestamps as INT64 microseconds (Delta's own encoding), not Spark's legacy INT96.
+        self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Counted by the executors while they write (same pass, no second job).
+        written = Observation(f"rows written to {table}")
+        frame.select(*data_columns).observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
+            "errorifexists"
+        ).parquet(str(staging))
+        actions, rows = self._add_actions(path, staging, run_id)
+        check_committed_rows(table, written.get["rows"], rows, staging)
+
+        def commit() -> None:
+            table = DeltaTable(str(path))
+            table.create_write_transaction(
+                actions,
+                mode="overwrite",
+                schema=table.schema(),
+                partition_by=[PARTITION_COLUMN],
+                partition_filters=[(PARTITION_COLUMN, "=", run_id)],
+                commit_properties=CommitProperties(custom_metadata={"run_id": run_id}),
+            )
+
+        with commit_lock(str(self.root)):
+            _retry(commit)
+        for leftover in staging.iterdir():  # Spark's _SUCCESS and .crc side files
+            if not leftover.name.endswith(".parquet"):
+                leftover.unlink(missing_ok=True)
+        return rows
+
+    @staticmethod
+    def _add_actions(table_path: Path, staging: Path, run_id: str) -> tuple[list[AddAction], int]:
+        actions: list[AddAction] = []
+        total = 0
+        for file in sorted(staging.glob("*.parquet")):
+            rows = pq.read_metadata(file).num_rows  # the footer only
+            if rows == 0:
+                file.unlink()
+                continue
+            stat = file.stat()
+            actions.append(
+                AddAction(
+                    path=file.relative_to(table_path).as_posix(),
+                    size=stat.st_size,
+                    partition_values={PARTITION_COLUMN: run_id},
+                    modification_time=int(stat.st_mtime * 1000),
+                    data_change=True,
+                    stats=json.dumps({"numRecords": rows}),
+                )
+            )
+            total += rows
+        return actions, total
+
+    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
+        """Upsert the offsets rows keyed by (run_id, broker, topic, queue_id).
+
+        The frame has one row per queue and topic (not per record), so it is brought to
+        the driver as Arrow; delta-rs merges it.
+        """
+        source = pa.table(frame.toArrow()).cast(to_arrow_schema(schema))
+        path = str(self.table_path(CONSUME_OFFSETS_TABLE))
+        on = " AND ".join(f"t.`{key}` = s.`{key}`" for key in OFFSETS_MERGE_KEYS)
+
+        def commit() -> None:
+            (
+                DeltaTable(path)
+                .merge(source, predicate=on, source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
+
+        with commit_lock(str(self.root)):
+            _retry(commit)
+        return source.num_rows

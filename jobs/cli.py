@@ -1,0 +1,270 @@
+"""The command line: arguments, the configuration they override, the checks that run before
+Spark starts (bad input fails fast with one line, exit 2), and the exit codes of ``main``.
+
+``python -m jobs.reconcile`` (and ``spark-submit jobs/reconcile.py``, the
+``rmq-txn-reconcile`` script) lands in ``main`` here; the run itself is ``jobs.run.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from pyspark.sql import SparkSession
+
+from connectors.errors import InputError
+from connectors.rocketmq.offsets_file import load_store_offsets, read_consumer_offsets
+from connectors.rocketmq.reader import parse_store_arg, validate_store
+from connectors.segments import validate_segment_path
+from jobs.config import JobConfig, load_config
+from jobs.extract import parse_as_of
+from jobs.run import EXIT_OK, JobRequest, StrictModeError, run
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "build_parser", "main"]
+
+# The flags that override the configuration (``JobConfig`` fields of the same name).
+CONFIG_FLAGS = (
+    "check_max",
+    "transaction_timeout_ms",
+    "file_reserved_hours",
+    "broker_version",
+    "strict",
+    "include_body",
+    "verify_crc",
+    "as_of",
+    "master",
+    "writer",
+    "catalog_schema",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2 (spec section 7)
+        raise InputError(message)
+
+
+def packaged_defaults() -> JobConfig:
+    """conf/default.toml over the built-in defaults; the built-in ones if it is unreadable
+    (the run itself then reports the file with one line)."""
+    try:
+        return load_config(None, {})
+    except InputError:
+        return JobConfig()
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    inputs = parser.add_argument_group("inputs (a broker store, or exported segments)")
+    inputs.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIR",
+        help="broker store directory; repeat for several brokers",
+    )
+    inputs.add_argument("--half", help="exported half records (Parquet/JSON/Delta)")
+    inputs.add_argument("--op", help="exported op records (Parquet/JSON/Delta)")
+    inputs.add_argument("--offsets", help="consumerOffset.json for exported segments")
+    inputs.add_argument(
+        "--format", choices=["parquet", "json", "delta"], help="format of --half/--op"
+    )
+    inputs.add_argument("--broker", help="broker name of exported segments")
+
+
+def _add_round_settings(parser: argparse.ArgumentParser) -> None:
+    # Flags default to None so that --conf can override the packaged defaults; the help
+    # shows the packaged defaults (conf/default.toml, the broker's own).
+    defaults = packaged_defaults()
+    parser.add_argument(
+        "--check-max",
+        dest="check_max",
+        type=int,
+        help=f"discard when the counter reaches it (default {defaults.check_max})",
+    )
+    parser.add_argument(
+        "--transaction-timeout-ms",
+        dest="transaction_timeout_ms",
+        type=int,
+        help=f"default immunity (default {defaults.transaction_timeout_ms})",
+    )
+    parser.add_argument(
+        "--file-reserved-hours",
+        dest="file_reserved_hours",
+        type=int,
+        help=f"discard when older, by born time (default {defaults.file_reserved_hours})",
+    )
+    parser.add_argument(
+        "--broker-version",
+        dest="broker_version",
+        choices=["5", "4.9"],
+        help="the broker's version line: 5 (5.1+, default) or 4.9 (4.9.x and 5.0.0)",
+    )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_const", const=True, help="fail on any bad record")
+    parser.add_argument(
+        "--include-body",
+        dest="include_body",
+        action="store_const",
+        const=True,
+        help="keep message bodies in the output (they can hold personal data)",
+    )
+    parser.add_argument(
+        "--verify-crc",
+        dest="verify_crc",
+        action="store_const",
+        const=True,
+        help="check each record's body CRC (store input)",
+    )
+    parser.add_argument(
+        "--writer",
+        choices=["auto", "delta-spark", "delta-rs"],
+        help="Delta writer (default auto: delta-spark when the session can write Delta)",
+    )
+    parser.add_argument(
+        "--catalog-schema",
+        dest="catalog_schema",
+        metavar="NAME",
+        help="also register the tables as NAME.<table> in the session's catalog",
+    )
+    parser.add_argument("--master", help="Spark master when not launched by spark-submit")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The job's arguments (``docs/spec/reconcile.md`` section "Command line")."""
+    parser = _Parser(
+        prog="python -m jobs.reconcile",
+        description="Reconcile RocketMQ transactional messages offline and write Delta tables.",
+    )
+    _add_inputs(parser)
+    parser.add_argument("--output", required=True, help="output root: one Delta table per folder")
+    parser.add_argument(
+        "--as-of", dest="as_of", help="now | latest | ISO-8601 | epoch ms (default now)"
+    )
+    parser.add_argument(
+        "--run-id", dest="run_id", help="default: derived from the inputs, T and settings"
+    )
+    parser.add_argument("--conf", help="TOML file overriding conf/default.toml")
+    _add_round_settings(parser)
+    _add_run_options(parser)
+    return parser
+
+
+# -- checks before Spark starts ------------------------------------------------------------
+
+
+def validate_output(output: str, stores: Sequence[str]) -> None:
+    """A local ``--output`` must not be a file nor inside a store (the job never writes
+    into a broker's store). URIs of other file systems pass through."""
+    if "://" in output and not output.startswith("file://"):
+        return
+    path = Path(output.removeprefix("file://")).resolve()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--output {output}: is a file, not a directory")
+    for arg in stores:
+        root = parse_store_arg(arg).root.resolve()
+        if path == root or root in path.parents:
+            raise InputError(f"--output {output}: is inside the store {root}; write elsewhere")
+
+
+def _validate_segments(args: argparse.Namespace) -> None:
+    segments = [args.half, args.op, args.format, args.broker]
+    if any(value is None for value in segments):
+        raise InputError("give --store DIR, or all of --half, --op, --format and --broker")
+    validate_segment_path(args.half, args.format)
+    validate_segment_path(args.op, args.format)
+    if args.offsets is not None:
+        if not Path(args.offsets).is_file():
+            raise InputError(f"{args.offsets}: offsets file not found")
+        read_consumer_offsets(args.offsets)
+
+
+def _validate_stores(stores: Sequence[str]) -> None:
+    brokers: set[str] = set()
+    for arg in stores:
+        spec = parse_store_arg(arg)
+        validate_store(spec)
+        if spec.broker in brokers:
+            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
+        brokers.add(spec.broker)
+        load_store_offsets(spec.root)  # malformed without a usable .bak -> InputError now
+
+
+def validate_arguments(args: argparse.Namespace) -> None:
+    """Everything that can be checked before Spark starts (exit code 2, one line)."""
+    validate_output(args.output, args.store)
+    segments = [args.half, args.op, args.format, args.broker]
+    if args.store and any(value is not None for value in [*segments, args.offsets]):
+        raise InputError("use either --store or --half/--op/--format/--broker, not both")
+    if args.store:
+        _validate_stores(args.store)
+    else:
+        _validate_segments(args)
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The flags given on the command line, over ``--conf`` and the packaged defaults (a
+    flag not given is None and overrides nothing)."""
+    return {key: getattr(args, key) for key in CONFIG_FLAGS}
+
+
+def request_from(args: argparse.Namespace, config: JobConfig) -> JobRequest:
+    """The run's inputs, output, T and run id from checked arguments."""
+    return JobRequest(
+        output=args.output,
+        as_of=parse_as_of(config.as_of),
+        stores=tuple(args.store),
+        half=args.half,
+        op=args.op,
+        fmt=args.format,
+        broker=args.broker,
+        offsets=args.offsets,
+        run_id=args.run_id,
+        verbose=args.verbose,
+    )
+
+
+def run_command(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+    """Configuration, T and the checks before Spark starts, then the run."""
+    started = time.time()
+    config = load_config(args.conf, config_overrides(args))
+    request = request_from(args, config)  # a malformed --as-of fails here, before the checks
+    validate_arguments(args)
+    return run(request, config, spark, started)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input)."""
+    try:
+        args = build_parser().parse_args(argv)
+        return run_command(args, spark)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except StrictModeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(f"error: {exc.code}", file=sys.stderr)
+            return EXIT_FAILED
+        return int(exc.code or 0)
+    except Exception as exc:  # a failure while running: one line, details with --verbose
+        print(f"error: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        if "--verbose" in (argv or sys.argv):
+            raise
+        return EXIT_FAILED

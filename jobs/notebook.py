@@ -1,0 +1,104 @@
+"""Notebook functions: the round in the caller's session, as DataFrames
+(``reconcile_stores``, ``reconcile_segments``) or written to Delta tables
+(``reconcile_stores_to_delta``). Import them from ``jobs.reconcile``, which also makes the
+session's Python workers run this interpreter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+
+from jobs.config import load_config
+from jobs.extract import parse_as_of, read_segment_inputs, read_store_inputs
+from jobs.output import write_outputs
+from jobs.run import run_round
+from jobs.session import probe_workers
+from transforms.round import RoundOutputs, shape_outputs
+
+
+def reconcile_stores(
+    spark: SparkSession,
+    stores: Sequence[str],
+    *,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    **settings: object,
+) -> RoundOutputs:
+    """Notebook entry point: the round over broker stores, as DataFrames; nothing written.
+
+    Args:
+        spark: the caller's session.
+        stores: ``"[NAME=]DIR"`` strings, one per broker.
+        as_of: ``now``, ``latest``, an ISO-8601 instant or epoch ms.
+        run_id: default derived from the inputs, T and settings.
+        settings: any ``JobConfig`` field (check_max, transaction_timeout_ms, ...).
+
+    Returns:
+        ``transforms.round.RoundOutputs``.
+    """
+    config = load_config(None, dict(settings))
+    probe_workers(spark)
+    inputs = read_store_inputs(spark, stores, config)
+    return shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id))
+
+
+def reconcile_segments(
+    spark: SparkSession,
+    half: str,
+    op: str,
+    *,
+    fmt: str,
+    broker: str,
+    offsets: str | None = None,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    **settings: object,
+) -> RoundOutputs:
+    """Notebook entry point for exported segments (see ``reconcile_stores``)."""
+    config = load_config(None, dict(settings))
+    probe_workers(spark)
+    inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
+    return shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id))
+
+
+def reconcile_stores_to_delta(
+    spark: SparkSession,
+    stores: Sequence[str],
+    output: str,
+    *,
+    as_of: str | int = "latest",
+    run_id: str | None = None,
+    writer: str = "auto",
+    catalog_schema: str = "",
+    **settings: object,
+) -> dict[str, int]:
+    """Notebook entry point that also writes: the round over ``stores`` into ``output``.
+
+    In a session that has Delta (a Databricks-like notebook, or ``build_session(delta=True)``)
+    ``writer="auto"`` writes through Spark (delta-spark); elsewhere through delta-rs. Same
+    tables and semantics as the command line (a rerun of a run id replaces its rows).
+
+    Returns:
+        Table name -> rows written.
+    """
+    from jobs.history import with_pending_history  # deltalake: driver only
+
+    config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
+    inputs = read_store_inputs(spark, stores, config).persist()
+    state = run_round(inputs, config, parse_as_of(str(as_of)), run_id)
+    try:
+        return write_outputs(
+            spark,
+            with_pending_history(spark, shape_outputs(state), output, state.params),
+            state.params.run_id,
+            output,
+            config.include_body,
+            time.time(),
+            lambda message: None,
+            writer_choice=config.writer,
+            catalog_schema=config.catalog_schema,
+        )
+    finally:
+        inputs.unpersist()

@@ -1,0 +1,290 @@
+"""One run of the job, phase by phase: read (``jobs.extract``) -> resolve and classify
+(``transforms.round``, plus the job's warnings of a picture that may be wrong) -> write
+(``jobs.output``). The command line (``jobs.cli``) calls ``run``; the notebook functions
+(``jobs.notebook``) call ``run_round``.
+
+Each phase labels its Spark jobs (``PHASE_PREFIX``): the Spark UI and the event log show
+them, and ``bench/`` reads stage times per phase from it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from pyspark.sql import DataFrame, SparkSession
+
+from connectors.errors import InputError
+from jobs.config import JobConfig
+from jobs.extract import (
+    Inputs,
+    derive_run_id,
+    read_segment_inputs,
+    read_store_inputs,
+    resolve_as_of,
+)
+from jobs.materialize import SparkMaterializer
+from jobs.output import (
+    Progress,
+    bad_records_line,
+    format_summary,
+    run_facts,
+    write_offset_fragments,
+    write_outputs,
+)
+from jobs.session import build_session, probe_workers
+from schemas.outputs import CLASSES, RESOLVED
+from transforms.offsets import with_missing_offset_warnings
+from transforms.params import RoundParams
+from transforms.round import RoundState, classify_round, shape_outputs
+from transforms.staleness import newest_records, stale_after_ms, with_stale_store_warning
+
+EXIT_OK = 0
+PHASE_PREFIX = "rmq-txn-reconcile: "
+
+
+class StrictModeError(RuntimeError):
+    """--strict and the input has bad records."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What one command-line run reads and where it writes; the round's settings are in
+    ``JobConfig``. Exactly one of ``stores`` and the segment fields (``half``, ``op``,
+    ``fmt``, ``broker``, optional ``offsets``) is given (``jobs.cli.validate_arguments``)."""
+
+    output: str
+    as_of: int | str  # epoch ms, ``now`` or ``latest`` (``jobs.extract.parse_as_of``)
+    stores: tuple[str, ...] = ()
+    half: str | None = None
+    op: str | None = None
+    fmt: str | None = None
+    broker: str | None = None
+    offsets: str | None = None
+    run_id: str | None = None
+    verbose: bool = False
+
+
+# -- the round of one run ------------------------------------------------------------------
+
+
+def round_params(config: JobConfig, as_of_ms: int, run_id: str) -> RoundParams:
+    """The round's parameters from the job's settings, T and the run id."""
+    return RoundParams(
+        as_of_ms=as_of_ms,
+        run_id=run_id,
+        check_max=config.check_max,
+        transaction_timeout_ms=config.transaction_timeout_ms,
+        file_reserved_hours=config.file_reserved_hours,
+        include_body=config.include_body,
+        broker_version=config.broker_version,
+        check_interval_ms=config.check_interval_ms,
+    )
+
+
+def run_round(
+    inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | None
+) -> RoundState:
+    """The round over what was read, with the job's warnings (``with_picture_warnings``)."""
+    as_of_ms = resolve_as_of(as_of, inputs.messages)
+    run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
+    state = classify_round(
+        inputs.messages,
+        inputs.committed_offsets,
+        round_params(config, as_of_ms, run_id),
+        bad_input=inputs.bad_records,
+        notes=inputs.notes,
+        materialize=SparkMaterializer(),  # the job's one decision on caching and collecting
+    )
+    return with_picture_warnings(state, inputs, config)
+
+
+def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) -> RoundState:
+    """The round's state with the warnings of a picture that may be wrong added to
+    ``run_summary.warnings`` (spec section 1): a committed offset missing (naming the
+    offsets file used), a broker's newest record too old for a live broker."""
+    as_of_ms = state.params.as_of_ms
+    limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
+    per_queue = state.materialize.per_queue
+    newest = per_queue(newest_records(inputs.messages, as_of_ms))  # one row per broker
+    files = inputs.messages.sparkSession.createDataFrame(
+        list(inputs.offsets_files), "broker string, offsets_file string, offsets_note string"
+    )
+    queues = with_missing_offset_warnings(state.queues, files).transform(
+        with_stale_store_warning, newest, as_of_ms, limit, state.params.reserved_ms
+    )
+    return replace(state, queues=per_queue(queues))
+
+
+def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:
+    """--strict: T beyond a broker's newest half/op record by more than the retention
+    (``file_reserved_hours``) would make every transaction of it expired: refuse (exit 2)."""
+    limit = config.file_reserved_hours * 3_600_000
+    for row in newest_records(messages, as_of_ms).orderBy("broker").collect():  # per broker
+        if row["newest_ms"] is not None and as_of_ms - row["newest_ms"] > limit:
+            raise InputError(
+                f"broker {row['broker']}: T={as_of_ms} is {as_of_ms - row['newest_ms']} ms after"
+                f" its newest half/op record, more than the retention ({config.file_reserved_hours}"
+                " h) and --strict is set: the store looks copied; use --as-of latest or the"
+                " instant the store was copied"
+            )
+
+
+def round_totals(queues: DataFrame) -> tuple[int, int]:
+    """(bad records, unresolved records from h0) summed over a round's per-queue rows."""
+    unresolved = [name for name in CLASSES if name != RESOLVED]
+    rows = queues.select("bad_records", *unresolved).collect()  # one row per queue
+    return (
+        sum(row["bad_records"] for row in rows),
+        sum(row[name] for row in rows for name in unresolved),
+    )
+
+
+# -- the command line's run, phase by phase -------------------------------------------------
+
+
+def _phase(spark: SparkSession, name: str) -> None:
+    """Label the Spark jobs that follow (Spark UI, event log; ``bench/`` reads stage times
+    per phase from it)."""
+    spark.sparkContext.setJobDescription(PHASE_PREFIX + name)
+
+
+def progress_printer(started: float) -> Progress:
+    """Progress lines on stderr, each with the seconds since ``started``."""
+
+    def progress(message: str) -> None:
+        print(f"[{time.time() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def start_session(
+    request: JobRequest, config: JobConfig, spark: SparkSession | None
+) -> SparkSession:
+    """The caller's session, or a new one configured for the job; then the checks that
+    need one: the Python workers can run the job, the writer asked for is there."""
+    from connectors.delta import choose_writer
+
+    if spark is None:
+        under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit decides the master
+        spark = build_session(
+            master=None if under_submit else config.master,
+            shuffle_partitions=config.shuffle_partitions,
+            driver_memory=config.driver_memory,
+            verbose=request.verbose,
+            delta=config.writer == "delta-spark",  # Delta's extension (jars via the Ivy cache)
+        )
+    probe_workers(spark)
+    choose_writer(spark, config.writer)  # --writer delta-spark without Delta: exit 2 now
+    return spark
+
+
+def read_phase(
+    spark: SparkSession, request: JobRequest, config: JobConfig, progress: Progress
+) -> Inputs:
+    """Read the stores or the segments once (cached) and count the records read."""
+    if request.stores:
+        inputs = read_store_inputs(spark, request.stores, config)
+    else:
+        assert request.half and request.op and request.fmt and request.broker  # validated
+        inputs = read_segment_inputs(
+            spark, request.half, request.op, request.fmt, request.broker, request.offsets
+        )
+    inputs = inputs.persist()
+    _phase(spark, "decode")
+    records = inputs.messages.count()
+    progress(f"read {records} half/op records from {len(inputs.identity)} input(s)")
+    return inputs
+
+
+def round_phase(
+    spark: SparkSession,
+    inputs: Inputs,
+    request: JobRequest,
+    config: JobConfig,
+    progress: Progress,
+) -> tuple[RoundState, int]:
+    """Resolve and classify (cached); (the round's state, its bad records). ``--strict``
+    refuses a store far older than T and fails on any bad record."""
+    as_of = resolve_as_of(request.as_of, inputs.messages)
+    if config.strict:
+        refuse_far_past_store(inputs.messages, as_of, config)
+    _phase(spark, "resolve and classify")
+    state = run_round(inputs, config, as_of, request.run_id).persist()
+    # Both totals from the per-queue rows the round already brought to the driver: every
+    # bad record and every unresolved record from h0 is counted in one queue's row, so no
+    # Spark job counts them again.
+    bad, pending = round_totals(state.queues)
+    progress(
+        f"resolved and classified: {pending} unresolved half records from h0, {bad} bad records"
+    )
+    if config.strict and bad:
+        first = state.bad_records.orderBy("broker", "source", "position").first()
+        assert first is not None  # bad > 0
+        raise StrictModeError(
+            f"{bad} bad record(s) and --strict is set; first: {first['reason']} at {first['source']}:{first['position']}"
+        )
+    return state, bad
+
+
+def write_phase(
+    spark: SparkSession,
+    state: RoundState,
+    identity: Sequence[str],
+    request: JobRequest,
+    config: JobConfig,
+    started: float,
+    progress: Progress,
+) -> None:
+    """Write the tables (offsets last) and the offset fragments; print the summary."""
+    from connectors.delta import open_output
+    from jobs.history import with_pending_history  # deltalake: driver only
+
+    params = state.params
+    outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
+    _phase(spark, "write")
+    facts = run_facts(open_output(spark, request.output), identity)
+    write_outputs(
+        spark,
+        outputs,
+        params.run_id,
+        request.output,
+        config.include_body,
+        started,
+        progress,
+        facts,
+        writer_choice=config.writer,
+        catalog_schema=config.catalog_schema,
+    )
+    # One row per queue and topic.
+    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
+    write_offset_fragments(offset_rows, request.output)
+    summary_rows = [
+        {**row.asDict(), **facts} for row in outputs.run_summary.collect()
+    ]  # one row per queue
+    print(format_summary(summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows))
+
+
+def run(
+    request: JobRequest,
+    config: JobConfig,
+    spark: SparkSession | None = None,
+    started: float | None = None,
+) -> int:
+    """One command-line run (arguments validated by ``jobs.cli``); returns the exit code."""
+    started = time.time() if started is None else started
+    progress = progress_printer(started)
+    spark = start_session(request, config, spark)
+    inputs = read_phase(spark, request, config, progress)
+    state, bad = round_phase(spark, inputs, request, config, progress)
+    write_phase(spark, state, inputs.identity, request, config, started, progress)
+    if bad:
+        print(bad_records_line(bad, request.output, state.params.run_id))
+    state.unpersist()
+    inputs.unpersist()
+    spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears the label
+    progress("done")
+    return EXIT_OK
