@@ -79,7 +79,7 @@ def job(stores: dict[str, Path], work: Path) -> dict:
     return figures
 
 
-def pairs(stores: dict[str, Path], count: int, work: Path) -> list[dict]:
+def pairs(stores: dict[str, Path], count: int, work: Path, label: str) -> list[dict]:
     results = []
     for index in range(count):
         job_first = index % 2 == 0
@@ -92,7 +92,7 @@ def pairs(stores: dict[str, Path], count: int, work: Path) -> list[dict]:
         pair["ratio_wall"] = pair["job"]["wall_s"] / pair["bare"]["wall_s"]
         pair["ratio_cpu"] = pair["job"]["cpu_s"] / pair["bare"]["cpu_s"]
         results.append(pair)
-        print(line(f"sample pair {index + 1}", pair), flush=True)
+        print(line(f"{label} pair {index + 1}", pair), flush=True)
     return results
 
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = bench_root() / "work" / "small"
     results: dict = {"as_of_ms": AS_OF_MS, "load_1m_at_start": load()}
-    results["sample"] = pairs({"broker-a": sample_store()}, args.pairs, work)
+    results["sample"] = pairs({"broker-a": sample_store()}, args.pairs, work, "sample")
     results["sample_summary"] = summary(results["sample"])
     s = results["sample_summary"]
     print(
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     if not args.skip_1m:
-        results["1m"] = pairs(ensure_stores("1m"), 1, work)
+        results["1m"] = pairs(ensure_stores("1m"), 1, work, "1m")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
