@@ -22,6 +22,7 @@ from connectors.rocketmq.reader import parse_store_arg, validate_store
 from connectors.segments import validate_segment_path
 from jobs.config import JobConfig, load_config
 from jobs.extract import parse_as_of
+from jobs.output import AfterCommit
 from jobs.run import EXIT_OK, JobRequest, StrictModeError, run
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -230,13 +231,17 @@ def request_from(args: argparse.Namespace, config: JobConfig) -> JobRequest:
     )
 
 
-def run_command(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+def run_command(
+    args: argparse.Namespace,
+    spark: SparkSession | None = None,
+    after_commit: AfterCommit | None = None,
+) -> int:
     """Configuration, T and the checks before Spark starts, then the run."""
     started = time.time()
     config = load_config(args.conf, config_overrides(args))
     request = request_from(args, config)  # a malformed --as-of fails here, before the checks
     validate_arguments(args)
-    return run(request, config, spark, started)
+    return run(request, config, spark, started, after_commit)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -244,11 +249,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input)."""
+def main(
+    argv: Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+    after_commit: AfterCommit | None = None,
+) -> int:
+    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input).
+    ``after_commit`` (tests): called with each table's name once it is committed."""
     try:
         args = build_parser().parse_args(argv)
-        return run_command(args, spark)
+        return run_command(args, spark, after_commit)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

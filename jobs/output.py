@@ -9,7 +9,6 @@ need.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -27,9 +26,10 @@ from schemas.messages import HALF_TOPIC
 from schemas.outputs import CLASSES, CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
 from transforms.round import RoundOutputs
 
-FAULT_ENV = "RMQ_RECONCILE_FAIL_AFTER"  # test hook: stop right after committing this table
-
 Progress = Callable[[str], None]
+# Called with a table's name right after its commit (tests stop a run there: the fault tests
+# of tests/robustness pass one; the command line passes none).
+AfterCommit = Callable[[str], None]
 
 
 class RunFacts(TypedDict):
@@ -38,11 +38,6 @@ class RunFacts(TypedDict):
     inputs: list[str]
     writer: str
     job_version: str
-
-
-def _fault_point(table: str) -> None:
-    if os.environ.get(FAULT_ENV) == table:
-        raise SystemExit(f"fault injected after committing {table} ({FAULT_ENV})")
 
 
 def with_run_time_columns(summary: DataFrame, facts: RunFacts, started: float) -> DataFrame:
@@ -71,9 +66,11 @@ def write_outputs(
     facts: RunFacts | None = None,
     writer_choice: str = "auto",
     catalog_schema: str = "",
+    after_commit: AfterCommit | None = None,
 ) -> dict[str, int]:
     """Create the tables if absent, replace this run's rows in each; offsets last.
-    ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary."""
+    ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary;
+    ``after_commit`` is called with each table's name once it is committed."""
     from connectors.delta import open_output, register_tables
 
     writer = open_output(spark, output_root, writer_choice)
@@ -91,7 +88,8 @@ def write_outputs(
         else:
             counts[name] = writer.replace_run(name, frame, schema, run_id)
         progress(f"wrote {name}: {counts[name]} rows")
-        _fault_point(name)
+        if after_commit is not None:
+            after_commit(name)
     if catalog_schema:
         names = register_tables(spark, output_root, catalog_schema, list(outputs.tables()))
         progress(f"registered {', '.join(names)}")

@@ -47,7 +47,6 @@ from jobs.notebook import (
     reconcile_stores_to_delta,
 )
 from jobs.output import (
-    FAULT_ENV,
     bad_records_line,
     format_summary,
     job_version,
@@ -67,7 +66,6 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_OK",
-    "FAULT_ENV",
     "PHASE_PREFIX",
     "Inputs",
     "StrictModeError",

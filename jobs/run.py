@@ -28,6 +28,7 @@ from jobs.extract import (
 )
 from jobs.materialize import SparkMaterializer
 from jobs.output import (
+    AfterCommit,
     Progress,
     bad_records_line,
     format_summary,
@@ -238,6 +239,7 @@ def write_phase(
     config: JobConfig,
     started: float,
     progress: Progress,
+    after_commit: AfterCommit | None = None,
 ) -> None:
     """Write the tables (offsets last) and the offset fragments; print the summary."""
     from connectors.delta import open_output
@@ -258,6 +260,7 @@ def write_phase(
         facts,
         writer_choice=config.writer,
         catalog_schema=config.catalog_schema,
+        after_commit=after_commit,
     )
     # One row per queue and topic.
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
@@ -273,14 +276,16 @@ def run(
     config: JobConfig,
     spark: SparkSession | None = None,
     started: float | None = None,
+    after_commit: AfterCommit | None = None,
 ) -> int:
-    """One command-line run (arguments validated by ``jobs.cli``); returns the exit code."""
+    """One command-line run (arguments validated by ``jobs.cli``); returns the exit code.
+    ``after_commit``: see ``jobs.output.write_outputs``."""
     started = time.time() if started is None else started
     progress = progress_printer(started)
     spark = start_session(request, config, spark)
     inputs = read_phase(spark, request, config, progress)
     state, bad = round_phase(spark, inputs, request, config, progress)
-    write_phase(spark, state, inputs.identity, request, config, started, progress)
+    write_phase(spark, state, inputs.identity, request, config, started, progress, after_commit)
     if bad:
         print(bad_records_line(bad, request.output, state.params.run_id))
     state.unpersist()

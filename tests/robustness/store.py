@@ -105,13 +105,19 @@ def rows_of(root: Path, table: str, run_id: str | None = None) -> list[dict]:
 
 def comparable(rows: list[dict]) -> Counter:
     """A multiset of rows without the run id, the run-time columns and the writer that
-    wrote them (runs through delta-rs and delta-spark must agree on everything else)."""
+    wrote them (runs through delta-rs and delta-spark must agree on everything else). A
+    pending row first seen in its own run says so instead of naming the run."""
+
+    def value(row: dict, k: str) -> object:
+        if k == "first_seen_run_id" and row[k] == row.get("run_id"):
+            return "(its own run)"
+        return row[k]
 
     def key(row: dict) -> tuple:
         return tuple(
             sorted(
-                (k, repr(v))
-                for k, v in row.items()
+                (k, repr(value(row, k)))
+                for k in row
                 if k not in ("run_id", "writer", *RUN_TIME_COLUMNS)
             )
         )
