@@ -50,12 +50,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def packaged_defaults() -> JobConfig:
-    """conf/default.toml over the built-in defaults; the built-in ones if it is unreadable
-    (the run itself then reports the file with one line)."""
-    try:
-        return load_config(None, {})
-    except InputError:
-        return JobConfig()
+    """conf/default.toml, the one source of the defaults (``--help`` shows them); unreadable,
+    it is one ``error:`` line (``main`` builds the parser inside its error handling)."""
+    return load_config(None, {})
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:

@@ -23,20 +23,23 @@ BROKER_VERSIONS = ("5", "4.9")  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.
 
 @dataclass(frozen=True)
 class JobConfig:
-    check_max: int = 15
-    transaction_timeout_ms: int = 6000
-    file_reserved_hours: int = 72
-    check_interval_ms: int = 30000
-    as_of: str = "now"
-    broker_version: str = "5"
-    include_body: bool = False
-    strict: bool = False
-    verify_crc: bool = False
-    master: str = "local[2]"
-    shuffle_partitions: int = 8
-    driver_memory: str = "4g"
-    writer: str = "auto"
-    catalog_schema: str = ""  # empty: tables are not registered in a catalog
+    """The job's settings. Their defaults have one source, ``conf/default.toml`` (packaged
+    with the job): a new setting is a line there and a field here, nothing else."""
+
+    check_max: int
+    transaction_timeout_ms: int
+    file_reserved_hours: int
+    check_interval_ms: int
+    as_of: str
+    broker_version: str
+    include_body: bool
+    strict: bool
+    verify_crc: bool
+    master: str
+    shuffle_partitions: int
+    driver_memory: str
+    writer: str
+    catalog_schema: str  # empty: tables are not registered in a catalog
 
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
@@ -103,11 +106,11 @@ def _packaged_defaults() -> bytes | None:
 
 def load_config(conf_file: str | None, overrides: dict[str, Any]) -> JobConfig:
     """Defaults from conf/default.toml, then ``conf_file``, then non-None ``overrides``."""
-    config = JobConfig()
-    sources: list[tuple[str, bytes]] = []
     packaged = _packaged_defaults()
-    if packaged is not None:
-        sources.append((str(DEFAULT_CONF), packaged))
+    if packaged is None:
+        raise InputError(f"{DEFAULT_CONF}: the packaged defaults cannot be read")
+    sources: list[tuple[str, bytes]] = [(str(DEFAULT_CONF), packaged)]
+    values: dict[str, Any] = {}
     if conf_file is not None:
         if not Path(conf_file).is_file():
             raise InputError(f"{conf_file}: configuration file not found")
@@ -117,8 +120,12 @@ def load_config(conf_file: str | None, overrides: dict[str, Any]) -> JobConfig:
             document = tomllib.loads(data.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: not a TOML file ({exc})") from None
-        config = replace(config, **_flatten(document, source))
+        values.update(_flatten(document, source))
+    missing = [field.name for field in fields(JobConfig) if field.name not in values]
+    if missing:
+        raise InputError(f"{DEFAULT_CONF}: no value for {', '.join(missing)}")
     config = replace(
-        config, **{key: value for key, value in overrides.items() if value is not None}
+        JobConfig(**values),
+        **{key: value for key, value in overrides.items() if value is not None},
     )
     return config.validated()

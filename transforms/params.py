@@ -9,7 +9,8 @@ MS_PER_HOUR = 3_600_000
 
 @dataclass(frozen=True)
 class RoundParams:
-    """What a round is evaluated with.
+    """What a round is evaluated with. No defaults here: the job's come from
+    ``conf/default.toml`` through ``jobs.run.round_params`` (their one source).
 
     Attributes:
         as_of_ms: the instant T (epoch ms); only records stored before it exist.
@@ -26,12 +27,12 @@ class RoundParams:
 
     as_of_ms: int
     run_id: str
-    check_max: int = 15
-    transaction_timeout_ms: int = 6000
-    file_reserved_hours: int = 72
-    include_body: bool = False
-    broker_version: str = "5"
-    check_interval_ms: int = 30000
+    check_max: int
+    transaction_timeout_ms: int
+    file_reserved_hours: int
+    include_body: bool
+    broker_version: str
+    check_interval_ms: int
 
     @property
     def reserved_ms(self) -> int:

@@ -14,10 +14,13 @@ Times are relative to the fixed as-of instant ``T``: ``age_ms`` is ``T - born``,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from jobs.config import load_config
+from jobs.run import round_params
 from schemas.messages import (
     COMMITTED_OFFSET,
     HALF_TOPIC,
@@ -49,8 +52,9 @@ FIELDS = tuple(SOURCED_MESSAGE.fieldNames())
 
 
 def params(**overrides: Any) -> RoundParams:
-    """Round parameters at ``T`` with the broker defaults, unless overridden."""
-    values: dict[str, Any] = {"as_of_ms": T, "run_id": RUN_ID}
+    """Round parameters at ``T`` with the job's defaults (conf/default.toml), unless
+    overridden."""
+    values = asdict(round_params(load_config(None, {}), T, RUN_ID))
     values.update(overrides)
     return RoundParams(**values)
 

@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.outputs import CHECK, DISCARD_CHECK_MAX, DISCARD_EXPIRED, IMMUNE, TOO_YOUNG
+from tests.transforms.builders import params
 from transforms.classify import (
     counter_after,
     effective_immunity_ms,
@@ -17,10 +18,9 @@ from transforms.classify import (
     reached_check_max,
     round_class,
 )
-from transforms.params import RoundParams
 
 T = 1_000_000_000_000
-PARAMS = RoundParams(
+PARAMS = params(
     as_of_ms=T, run_id="r", check_max=15, transaction_timeout_ms=6_000, file_reserved_hours=72
 )
 RESERVED = 72 * 3_600_000
