@@ -243,6 +243,10 @@ def _submit(
         "spark.eventLog.rolling.enabled=false",
         "--conf",
         f"spark.local.dir={scratch / 'local'}",
+        # A session with Delta's catalog creates Spark's default warehouse folder (empty:
+        # the job registers no table unless asked) in the working directory: scratch too.
+        "--conf",
+        f"spark.sql.warehouse.dir={scratch / 'warehouse'}",
         "--conf",
         f"spark.driver.extraJavaOptions=-Djava.io.tmpdir={scratch / 'tmp'}",
         "--conf",
