@@ -1,10 +1,11 @@
 """What earlier runs in the same output root left behind, for the columns that span runs
 (pending's ``first_seen_run_id`` / ``pending_since_ms``).
 
-Extract only: which runs to chain from is decided on ``run_summary`` (a row per queue and
-run, read in the driver through delta-rs), and the pending rows of those runs are read by
-Spark from the files Delta's log lists for their partitions. Both writers write the same
-log, so this reads the tables of either.
+Which runs to chain from is decided on ``run_summary`` (a row per queue and run, read in
+the driver through delta-rs), and the pending rows of those runs are read by Spark from the
+files Delta's log lists for their partitions. Both writers write the same log, so this
+reads the tables of either. ``with_pending_history`` hands them to the pure carry-over of
+``transforms.pending_history``; the run's and the notebook's write phases call it.
 """
 
 from __future__ import annotations
