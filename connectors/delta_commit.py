@@ -30,6 +30,14 @@ def local_root(root: str) -> Path | None:
     return Path(root)
 
 
+def absolute_root(root: str) -> str:
+    """An output root as Delta and Spark must be given it: a local one absolute (against the
+    driver's working directory; Delta reads a relative "out/bad_records" as a table name),
+    any other URI unchanged, without a trailing slash."""
+    folder = local_root(root)
+    return folder.resolve().as_posix() if folder is not None else root.rstrip("/")
+
+
 @contextlib.contextmanager
 def commit_lock(root: str) -> Iterator[None]:
     """Hold an exclusive lock on a local output root while committing to its tables.

@@ -20,8 +20,8 @@ from connectors.delta_commit import (
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
+    absolute_root,
     commit_lock,
-    local_root,
 )
 from connectors.delta_jars import DeltaUnavailableError, can_write_delta
 from schemas.outputs import CONSUME_OFFSETS_TABLE
@@ -42,10 +42,7 @@ class DeltaSparkOutput:
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
-        folder = local_root(root)
-        # Delta reads a relative path ("out/bad_records") as a table name and refuses it: a
-        # local root is made absolute against the driver's working directory, as delta-rs does.
-        self.root = folder.resolve().as_posix() if folder is not None else root.rstrip("/")
+        self.root = absolute_root(root)
 
     def table_location(self, table: str) -> str:
         return f"{self.root}/{table}"
@@ -193,8 +190,7 @@ def register_tables(
             f"--catalog-schema {schema_name}: the session has no Delta extension to register"
             " tables with (use --writer delta-spark or a session with Delta)"
         )
-    folder = local_root(root)
-    base = folder.resolve().as_posix() if folder is not None else root.rstrip("/")
+    base = absolute_root(root)
     spark.sql(f"CREATE SCHEMA IF NOT EXISTS {schema_name}")
     names = []
     for table in tables:

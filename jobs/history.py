@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from connectors.delta import PARTITION_COLUMN, local_root
+from connectors.delta_commit import PARTITION_COLUMN, absolute_root
 from schemas.outputs import PENDING, PENDING_TABLE, RUN_SUMMARY_TABLE
 from transforms.params import RoundParams
 from transforms.pending_history import carry_pending_since
@@ -46,16 +46,9 @@ class EarlierRun:
     as_of_ms: int
 
 
-def _table_uri(root: str, table: str) -> str:
-    folder = local_root(root)
-    if folder is not None:
-        return (folder.resolve() / table).as_posix()
-    return f"{root.rstrip('/')}/{table}"
-
-
 def _open(root: str, table: str) -> DeltaTable | None:
     try:
-        return DeltaTable(_table_uri(root, table))
+        return DeltaTable(f"{absolute_root(root)}/{table}")
     except TableNotFoundError:
         return None
 

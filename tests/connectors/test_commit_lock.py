@@ -56,3 +56,12 @@ def test_a_second_process_waits_for_the_lock(tmp_path: Path) -> None:
 )
 def test_only_local_roots_are_locked(root: str, local: str | None) -> None:
     assert local_root(root) == (Path(local) if local else None)
+
+
+def test_absolute_root_resolves_local_roots_and_keeps_uris(tmp_path, monkeypatch) -> None:
+    from connectors.delta_commit import absolute_root
+
+    monkeypatch.chdir(tmp_path)
+    assert absolute_root("out/") == (tmp_path / "out").resolve().as_posix()
+    assert absolute_root(f"file://{tmp_path}/out") == (tmp_path / "out").as_posix()
+    assert absolute_root("s3://bucket/out/") == "s3://bucket/out"
