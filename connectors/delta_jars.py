@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import re
 import uuid
+import weakref
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -76,8 +77,14 @@ def _delta_error(exc: Exception) -> bool:
     return "DELTA_" in text or "is not a Delta table" in text
 
 
+# A session's jars and extensions are fixed when it starts: one probe per session (a run
+# asks up to three times: the writer check, the run's facts, the writer itself).
+_PROBED: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()
+
+
 def can_write_delta(spark: SparkSession) -> bool:
     """Capability probe: does this session have Delta's data source *and* its SQL extension?
+    Asked once per session (``_PROBED``).
 
     Some platforms build Delta in without naming it in ``spark.sql.extensions``, so the
     probe asks Spark instead of reading settings, on a path that does not exist (no job
@@ -86,6 +93,12 @@ def can_write_delta(spark: SparkSession) -> bool:
     parses only with its extension (which the catalog registration and ``DeltaTable``
     commands need): Delta answers it with its own "not a Delta table" error.
     """
+    if spark not in _PROBED:
+        _PROBED[spark] = _probe_delta(spark)
+    return _PROBED[spark]
+
+
+def _probe_delta(spark: SparkSession) -> bool:
     probe = f"/rmq-txn-reconcile-probe-{uuid.uuid4().hex}/absent"
     try:  # first the data source: without Delta's jars this fails quietly (no SQL error log)
         _ = spark.read.format("delta").load(probe).schema

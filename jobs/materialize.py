@@ -13,8 +13,9 @@ import re
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
-# Up to this many records from h0, the round's joins broadcast them (the usual case: the
-# committed offset is near the end of the queue); beyond it, Spark shuffles as usual.
+# Up to this many records from h0 (bounded by the queues' offsets), the round's joins
+# broadcast them (the usual case: the committed offset is near the end of the queue);
+# beyond it, Spark shuffles as usual.
 BROADCAST_ROWS = 2_000_000
 # A per-queue frame brought to the driver has one row per (broker, queue) or
 # (broker, topic, queue): a broker has at most a few thousand queues. More rows than this
@@ -24,27 +25,45 @@ MAX_QUEUE_ROWS = 100_000
 
 
 # Operators that keep a plan "narrow": each output row is computed from one input row.
-_NARROW = {"Project", "Filter"}
+_NARROW = {"Project", "Filter", "SubqueryAlias"}
 # Leaves that hold data already materialised (cached, or local rows in the plan).
 _MATERIALISED = {"InMemoryRelation", "LocalRelation"}
 _OPERATOR = re.compile(r"^[\s:|+\-]*(\w+)")
 
 
-def is_narrow_over_cache(frame: DataFrame) -> bool:
-    """Whether ``frame``'s optimised plan is only projections and filters above one
-    materialised leaf. Read from the plan's tree string: the operators printed before the
-    first leaf are the path from the root to it (a join or union would print first)."""
-    plan = frame._jdf.queryExecution().optimizedPlan().toString()
+def _first_path(plan: str) -> list[str]:
+    """The operators of a plan's tree string from the root down to its first leaf (the
+    first line that is not an operator ends it)."""
+    path = []
     for line in plan.splitlines():
         match = _OPERATOR.match(line)
         if match is None:
-            return False
-        name = match.group(1)
-        if name in _MATERIALISED:
-            return True
-        if name not in _NARROW:
-            return False
-    return False
+            break
+        path.append(match.group(1))
+        if path[-1] in _MATERIALISED:
+            break
+    return path
+
+
+def _narrow(path: list[str]) -> bool:
+    return bool(path) and path[-1] in _MATERIALISED and set(path[:-1]) <= _NARROW
+
+
+def is_narrow_over_cache(frame: DataFrame) -> bool:
+    """Whether ``frame``'s optimised plan is only projections and filters above one
+    materialised leaf. Read from plans' tree strings: the operators printed before the
+    first leaf are the path from the root to it (a join or union would print first).
+
+    The analysed plan with cached data substituted answers first: optimising a round's
+    deep plans took seconds per call. Only a union on its path needs the optimiser, which
+    prunes a branch filtered by a constant (the store reader's records when every queue
+    offset is unique); a join, aggregate or generator it would not remove from these
+    frames."""
+    query = frame._jdf.queryExecution()
+    path = _first_path(query.withCachedData().toString())
+    if "Union" not in path:
+        return _narrow(path)
+    return _narrow(_first_path(query.optimizedPlan().toString()))
 
 
 class DriverRowsError(RuntimeError):
@@ -53,7 +72,7 @@ class DriverRowsError(RuntimeError):
 
 class SparkMaterializer:
     """Caches record-level frames (memory, spilling to disk), localises per-queue frames,
-    and counts the records from h0 to choose broadcast or shuffle."""
+    and bounds the records from h0 to choose broadcast or shuffle."""
 
     def __init__(
         self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
@@ -87,8 +106,14 @@ class SparkMaterializer:
             )
         return frame.sparkSession.createDataFrame(table, schema=frame.schema)
 
-    def is_small(self, frame: DataFrame) -> bool:
-        return frame.count() <= self.broadcast_rows
+    def is_small(self, bound: DataFrame) -> bool:
+        """Whether the per-queue upper bounds (``rows``) of the records from h0 sum to at
+        most ``broadcast_rows``. The bounds are a projection of the round's start offsets,
+        already local: no Spark job runs (counting the records themselves took one)."""
+        rows = bound.select("rows").collect()  # one row per queue
+        if len(rows) > self.max_queue_rows:
+            raise DriverRowsError(f"{len(rows)} per-queue bounds, more than any set of queues")
+        return sum(row["rows"] for row in rows) <= self.broadcast_rows
 
     def release(self) -> None:
         for frame in self._cached:

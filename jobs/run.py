@@ -109,15 +109,13 @@ def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) 
     offsets file used), a broker's newest record too old for a live broker."""
     as_of_ms = state.params.as_of_ms
     limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
-    per_queue = state.materialize.per_queue
-    newest = per_queue(newest_records(inputs.messages, as_of_ms))  # one row per broker
     files = inputs.messages.sparkSession.createDataFrame(
         list(inputs.offsets_files), "broker string, offsets_file string, offsets_note string"
     )
     queues = with_missing_offset_warnings(state.queues, files).transform(
-        with_stale_store_warning, newest, as_of_ms, limit, state.params.reserved_ms
+        with_stale_store_warning, as_of_ms, limit, state.params.reserved_ms
     )
-    return replace(state, queues=per_queue(queues))
+    return replace(state, queues=state.materialize.per_queue(queues))
 
 
 def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:
@@ -248,6 +246,14 @@ def write_phase(
     params = state.params
     outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
     _phase(spark, "write")
+    # The per-queue tables are written, then printed: brought to the driver once (the
+    # summary's second read re-ran its aggregate over the unresolved records).
+    per_queue = state.materialize.per_queue
+    outputs = replace(
+        outputs,
+        run_summary=per_queue(outputs.run_summary),
+        consume_offsets=per_queue(outputs.consume_offsets),
+    )
     facts = run_facts(open_output(spark, request.output), identity)
     write_outputs(
         spark,
@@ -262,7 +268,7 @@ def write_phase(
         catalog_schema=config.catalog_schema,
         after_commit=after_commit,
     )
-    # One row per queue and topic.
+    # One row per queue and topic; local rows (no Spark job).
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
     write_offset_fragments(offset_rows, request.output)
     summary_rows = [

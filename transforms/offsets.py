@@ -16,19 +16,24 @@ TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
 
 
 def queue_bounds(readable: DataFrame, as_of_ms: int) -> DataFrame:
-    """Per (broker, topic, queue_id): ``smallest`` available offset (any store time) and
-    ``end`` at T (1 + the largest offset stored before T, else the smallest available)."""
+    """Per (broker, topic, queue_id): ``smallest`` available offset (any store time),
+    ``end`` at T (1 + the largest offset stored before T, else the smallest available) and
+    ``newest_ms``, the newest store time before T (read by the stale-store warning, so
+    that it needs no pass of its own over the records)."""
+    before = stored_before(as_of_ms)
     return (
         readable.filter(F.col("topic").isin(*TRANSACTION_TOPICS))
         .groupBy(*TOPIC_QUEUE_KEY)
         .agg(
             F.min("queue_offset").alias("smallest"),
-            F.max(F.when(stored_before(as_of_ms), F.col("queue_offset"))).alias("largest_before"),
+            F.max(F.when(before, F.col("queue_offset"))).alias("largest_before"),
+            F.max(F.when(before, F.col("store_timestamp_ms"))).alias("newest_ms"),
         )
         .select(
             *TOPIC_QUEUE_KEY,
             "smallest",
             F.coalesce(F.col("largest_before") + 1, F.col("smallest")).alias("end"),
+            "newest_ms",
         )
     )
 
@@ -77,7 +82,7 @@ def _warning(
 def start_offsets(domain: DataFrame, bounds: DataFrame, committed: DataFrame) -> DataFrame:
     """Per (broker, topic, queue_id) of the domain, both topics: ``committed`` (null when
     missing), ``start`` (h0 / p0), ``end`` (``start`` when the queue has no readable
-    record: nothing is left to read) and ``warning`` (null when none)."""
+    record: nothing is left to read), ``warning`` (null when none) and ``newest_ms``."""
     topics = F.explode(F.array(*[F.lit(topic) for topic in TRANSACTION_TOPICS])).alias("topic")
     per_topic = domain.select(*QUEUE_KEY, topics)
     committed_offsets = committed.select(*TOPIC_QUEUE_KEY, F.col("offset").alias("committed"))
@@ -93,12 +98,13 @@ def start_offsets(domain: DataFrame, bounds: DataFrame, committed: DataFrame) ->
         _warning(
             F.col("topic"), F.col("queue_id"), F.col("committed"), F.col("smallest"), F.col("end")
         ).alias("warning"),
+        "newest_ms",
     )
 
 
 def queue_starts(starts: DataFrame) -> DataFrame:
     """One row per (broker, queue_id): ``h_committed, h0, half_end, p_committed, p0,
-    op_end, offset_warnings`` (sorted, possibly empty)."""
+    op_end, offset_warnings`` (sorted, possibly empty), ``newest_ms`` (of either topic)."""
 
     def of(topic: str, column: str) -> Column:
         return F.max(F.when(F.col("topic") == topic, F.col(column)))
@@ -111,6 +117,7 @@ def queue_starts(starts: DataFrame) -> DataFrame:
         of(OP_TOPIC, "start").alias("p0"),
         of(OP_TOPIC, "end").alias("op_end"),
         F.array_sort(F.collect_list("warning")).alias("offset_warnings"),
+        F.max("newest_ms").alias("newest_ms"),
     )
 
 

@@ -57,6 +57,7 @@ from transforms.round_stages import (
     queue_notes,
     queue_summary,
     records_from_h0,
+    records_from_h0_bound,
     round_bad_records,
     round_records,
     status_counts,
@@ -78,8 +79,9 @@ class Materializer(Protocol):
         it to the driver and back as a local relation)."""
         ...
 
-    def is_small(self, frame: DataFrame) -> bool:
-        """Whether the records from h0 may be broadcast (else Spark shuffles)."""
+    def is_small(self, bound: DataFrame) -> bool:
+        """Whether the records from h0 may be broadcast (else Spark shuffles); ``bound``
+        has per queue an upper bound of their number (``rows``, ``records_from_h0_bound``)."""
         ...
 
     def release(self) -> None:
@@ -100,7 +102,7 @@ class Lazy:
     def per_queue(self, frame: DataFrame) -> DataFrame:
         return frame
 
-    def is_small(self, frame: DataFrame) -> bool:
+    def is_small(self, bound: DataFrame) -> bool:
         return self.small
 
     def release(self) -> None:
@@ -203,7 +205,8 @@ def classify_round(
     starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
     # Only records from h0 on are classified, and only their transactions resolved.
     from_h0 = m.records(records_from_h0(half, starts))
-    unresolved = unresolved_from_h0(half, op_items, from_h0, small=m.is_small(from_h0))
+    small = m.is_small(records_from_h0_bound(starts))
+    unresolved = unresolved_from_h0(half, op_items, from_h0, small=small)
     # Materialised: the stop offsets are aggregated from them before statuses are set.
     candidates = m.records(classified(unresolved, params))
     h1s = m.per_queue(with_h1(starts, stop_offsets(candidates)))

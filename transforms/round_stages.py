@@ -72,6 +72,14 @@ def records_from_h0(half: DataFrame, starts: DataFrame) -> DataFrame:
     )
 
 
+def records_from_h0_bound(starts: DataFrame) -> DataFrame:
+    """``broker, queue_id, rows``: at most this many half records from h0 per queue.
+    Offsets of the records stored before T are below ``half_end`` and unique once
+    duplicates are settled, so ``half_end - h0`` bounds them without reading a record."""
+    rows = F.greatest(F.coalesce(F.col("half_end") - F.col("h0"), F.lit(0)), F.lit(0))
+    return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
+
+
 def unresolved_from_h0(
     half: DataFrame, op_items: DataFrame, from_h0: DataFrame, small: bool
 ) -> DataFrame:
@@ -238,4 +246,5 @@ def queue_summary(
         ).alias("warnings"),
         F.col("stop_offset").alias("stopped_at"),
         "first_live_copy",
+        "newest_ms",
     )

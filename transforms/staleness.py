@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from schemas.outputs import CHECK, DISCARD_EXPIRED, IMMUNE
 from transforms.messages import is_half, is_op, stored_before
@@ -40,15 +41,16 @@ def _stale_warning(as_of_ms: int) -> Column:
         " check interval and discards expired ones): the store looks copied (or the broker"
         " stalled) and T may be wrong; for a copied store run with --as-of latest",
         F.col("broker"),
-        F.lit(as_of_ms) - F.col("newest_ms"),
+        F.lit(as_of_ms) - F.col("_broker_newest_ms"),
     )
 
 
 def with_stale_store_warning(
-    queues: DataFrame, newest: DataFrame, as_of_ms: int, limit_ms: int, reserved_ms: int
+    queues: DataFrame, as_of_ms: int, limit_ms: int, reserved_ms: int
 ) -> DataFrame:
     """Append the stale-store warning to ``warnings`` of every queue row (``run_summary``
-    shape: ``broker``, class counts, ``warnings``) whose broker's newest record at T is
+    shape: ``broker``, class counts, ``warnings``, and ``newest_ms``, the newest store time
+    before T of the queue's half/op records) whose broker's newest record at T is
 
     * older than ``limit_ms`` while the queue has ``check`` or ``immune`` rows (a live
       broker would have appended their copies since), or
@@ -56,12 +58,10 @@ def with_stale_store_warning(
       rows (a live broker would have discarded them and moved on long ago; this is the
       ``--as-of now`` on an old copy case, where nothing is checked any more).
     """
-    joined = queues.join(
-        F.broadcast(newest.withColumnRenamed("broker", "_newest_broker")),
-        F.col("broker") == F.col("_newest_broker"),
-        how="left",
-    )
-    age = F.lit(as_of_ms) - F.col("newest_ms")
+    # Per broker over its queue rows (one per queue, not per record): the newest record
+    # of any of its queues.
+    newest = F.max("newest_ms").over(Window.partitionBy("broker"))
+    age = F.lit(as_of_ms) - F.col("_broker_newest_ms")
     puts_back = (F.coalesce(F.col(CHECK), F.lit(0)) + F.coalesce(F.col(IMMUNE), F.lit(0))) > 0
     expires = F.coalesce(F.col(DISCARD_EXPIRED), F.lit(0)) > 0
     stale = (puts_back & (age > F.lit(limit_ms))) | (expires & (age > F.lit(reserved_ms)))
@@ -69,4 +69,8 @@ def with_stale_store_warning(
         F.coalesce(stale, F.lit(False)),
         F.concat(F.col("warnings"), F.array(_stale_warning(as_of_ms))),
     ).otherwise(F.col("warnings"))
-    return joined.withColumn("warnings", warned).select(*queues.columns)
+    return (
+        queues.withColumn("_broker_newest_ms", newest)
+        .withColumn("warnings", warned)
+        .select(*queues.columns)
+    )

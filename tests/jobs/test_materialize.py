@@ -29,10 +29,14 @@ def test_per_queue_refuses_a_frame_larger_than_any_set_of_queues(spark: SparkSes
         SparkMaterializer(max_queue_rows=10).per_queue(records)
 
 
-def test_is_small_compares_the_count_with_the_broadcast_limit(spark: SparkSession) -> None:
-    frame = spark.range(5)
-    assert SparkMaterializer(broadcast_rows=5).is_small(frame)
-    assert not SparkMaterializer(broadcast_rows=4).is_small(frame)
+def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
+    spark: SparkSession,
+) -> None:
+    bound = spark.createDataFrame(
+        [("a", 0, 3), ("b", 0, 2)], "broker STRING, queue_id INT, rows LONG"
+    )
+    assert SparkMaterializer(broadcast_rows=5).is_small(bound)
+    assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
 def test_release_unpersists_what_records_cached(spark: SparkSession) -> None:
@@ -52,6 +56,24 @@ def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession)
         aggregated = narrow.groupBy().count()
         materializer = SparkMaterializer()
         assert materializer.records(aggregated).is_cached
+        materializer.release()
+    finally:
+        records.unpersist()
+
+
+def test_a_union_left_with_one_branch_is_narrow_and_two_branches_are_not(
+    spark: SparkSession,
+) -> None:
+    # The store reader's records when every offset is unique: the duplicate branch is
+    # filtered by a constant, which only the optimiser removes (the analysed plan still
+    # has the union).
+    records = spark.range(10).withColumnRenamed("id", "queue_offset").persist()
+    try:
+        kept = records.filter("true").unionByName(records.filter("false"))
+        assert SparkMaterializer().records(kept) is kept
+        both = records.filter("queue_offset > 2").unionByName(records.filter("queue_offset < 1"))
+        materializer = SparkMaterializer()
+        assert materializer.records(both).is_cached
         materializer.release()
     finally:
         records.unpersist()

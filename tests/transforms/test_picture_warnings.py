@@ -42,21 +42,19 @@ def test_newest_records_per_broker_before_t(spark: SparkSession) -> None:
 def test_stale_warning_only_where_a_live_broker_would_have_written_since(
     spark: SparkSession,
 ) -> None:
+    # newest_ms per queue; the warning judges a broker by its newest record of any queue.
     queues = spark.createDataFrame(
         [
-            ("old", 0, 1, 0, 0, ["x"]),  # a check, newest 100 ms old > limit 50: warned
-            ("old", 1, 0, 0, 0, []),  # nothing pending: no warning
-            ("recent", 0, 0, 1, 0, []),  # immune, newest 10 ms old: fine
-            ("expired", 0, 0, 0, 3, []),  # only expired discards, newest older than retention
-            ("unread", 0, 1, 0, 0, []),  # no record at all: nothing to judge
+            ("old", 0, 1, 0, 0, ["x"], T - 200),  # a check, broker's newest 100 ms old: warned
+            ("old", 1, 0, 0, 0, [], T - 100),  # nothing pending: no warning
+            ("recent", 0, 0, 1, 0, [], T - 1_000),  # immune; its broker wrote 10 ms ago: fine
+            ("recent", 1, 0, 0, 0, [], T - 10),
+            ("expired", 0, 0, 0, 3, [], T - 1_000),  # only expired discards, older than retention
+            ("unread", 0, 1, 0, 0, [], None),  # no record at all: nothing to judge
         ],
-        QUEUES,
+        f"{QUEUES}, newest_ms LONG",
     )
-    newest = spark.createDataFrame(
-        [("old", T - 100), ("recent", T - 10), ("expired", T - 1_000)],
-        "broker STRING, newest_ms LONG",
-    )
-    out = with_stale_store_warning(queues, newest, T, limit_ms=50, reserved_ms=500)
+    out = with_stale_store_warning(queues, T, limit_ms=50, reserved_ms=500)
     flags = out.select(
         "broker",
         "queue_id",
@@ -70,6 +68,7 @@ def test_stale_warning_only_where_a_live_broker_would_have_written_since(
                 ("old", 0, 2, True),
                 ("old", 1, 0, False),
                 ("recent", 0, 0, False),
+                ("recent", 1, 0, False),
                 ("expired", 0, 1, True),
                 ("unread", 0, 0, False),
             ],

@@ -33,12 +33,21 @@ def test_round_starts_correct_committed_offsets_to_what_the_queue_holds(
         [("b", HALF_TOPIC, 0, 2), ("b", OP_TOPIC, 0, 1)], COMMITTED_OFFSET
     )
     out = round_starts(readable, committed, T).select(
-        "broker", "queue_id", "h_committed", "h0", "half_end", "p_committed", "p0", "op_end"
+        "broker",
+        "queue_id",
+        "h_committed",
+        "h0",
+        "half_end",
+        "p_committed",
+        "p0",
+        "op_end",
+        "newest_ms",
     )
     expected = spark.createDataFrame(
-        [("b", 0, 2, 5, 7, 1, 1, 1)],  # h0 raised to the smallest offset 5
+        # h0 raised to the smallest offset 5; the newest record before T is the op's
+        [("b", 0, 2, 5, 7, 1, 1, 1, T - 1)],
         f"{QUEUE}, h_committed LONG, h0 LONG, half_end LONG, p_committed LONG, p0 LONG,"
-        " op_end LONG",
+        " op_end LONG, newest_ms LONG",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
 

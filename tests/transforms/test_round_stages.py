@@ -22,6 +22,7 @@ from transforms.round_stages import (
     queue_notes,
     queue_summary,
     records_from_h0,
+    records_from_h0_bound,
     round_bad_records,
     round_records,
     status_counts,
@@ -84,6 +85,18 @@ def test_records_from_h0_drop_records_below_the_start(spark: SparkSession) -> No
     assert_df_equality(
         records_from_h0(half_rows, starts), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_records_from_h0_are_bounded_by_the_half_end(spark: SparkSession) -> None:
+    starts = spark.createDataFrame(
+        [("b", 0, 4, 10), ("b", 1, 7, 7), ("c", 0, 5, 3), ("d", 0, None, None)],
+        "broker STRING, queue_id INT, h0 LONG, half_end LONG",
+    )
+    expected = spark.createDataFrame(
+        [("b", 0, 6), ("b", 1, 0), ("c", 0, 0), ("d", 0, 0)],  # never negative, never null
+        "broker STRING, queue_id INT, rows LONG",
+    )
+    assert_df_equality(records_from_h0_bound(starts), expected, ignore_nullable=True)
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["broadcast", "shuffle"])
@@ -256,11 +269,12 @@ def test_round_bad_records_union_reader_duplicate_op_and_property_problems(
 
 def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkSession) -> None:
     queues = spark.createDataFrame(
-        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"])],
+        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"], 9)],
         "broker STRING, queue_id INT, h_committed LONG, h0 LONG, h1 LONG, h_safe LONG,"
         " p_committed LONG, p0 LONG, p1 LONG, p_safe LONG, check LONG, immune LONG,"
         " discard_check_max LONG, discard_expired LONG, too_young LONG, not_reached LONG,"
-        " stop_offset LONG, first_live_copy LONG, offset_warnings ARRAY<STRING>",
+        " stop_offset LONG, first_live_copy LONG, offset_warnings ARRAY<STRING>,"
+        " newest_ms LONG",
     )
     in_window = spark.createDataFrame([("b", 0, 5)], "broker STRING, queue_id INT, in_window LONG")
     bad = spark.createDataFrame(
