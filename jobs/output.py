@@ -171,7 +171,7 @@ def format_summary(
     ):
         lines += _queue_lines(row)
     lines.append(
-        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>"
+        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records|discard_history>"
     )
     lines.append(
         f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.<safe|after|committed>.json"
