@@ -26,7 +26,7 @@ from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
 from jobs.config import JobConfig
 from schemas.messages import DISCARD_TOPIC, SOURCED_MESSAGE
-from schemas.outputs import BAD_RECORD, RUN_SUMMARY
+from schemas.outputs import BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
 from transforms.bad_records import duplicate_records, unparsable_properties
 from transforms.discard_history import (
     OUTCOMES,
@@ -226,8 +226,14 @@ def build_discard_history(
     queues = readable_queues(request.stores, named)
     commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
     readable = spark.createDataFrame(queues, QUEUE_SCHEMA)
-    evidence = evidence_from(messages, usable, pending, commits, readable)
-    history = discard_history(evidence, params).persist(StorageLevel.MEMORY_AND_DISK)
+    if usable.filter(stored_before(params.as_of_ms)).isEmpty():
+        # Nothing discarded (the usual case): the evidence joins would read the round's
+        # records for nothing.
+        history = spark.createDataFrame([], DISCARD_HISTORY)
+    else:
+        evidence = evidence_from(messages, usable, pending, commits, readable)
+        history = discard_history(evidence, params)
+    history = history.persist(StorageLevel.MEMORY_AND_DISK)
     bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
     bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {
