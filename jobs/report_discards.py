@@ -94,14 +94,14 @@ def unresolved_table(history: pd.DataFrame) -> str:
     columns: dict[str, Callable[[Any], str]] = {
         "broker": _text,
         "discard_offset": num,
-        "uniq_key": _text,
-        "producer_group": _text,
-        "real_topic": _text,
-        "reason": _text,
-        "discarded_at_ms": lambda ms: esc(iso_ms(ms)),
         "resume_topic": _text,
         "resume_offset_msg_id": _text,
         "resume_futile": _text,
+        "reason": _text,
+        "discarded_at_ms": lambda ms: esc(iso_ms(ms)),
+        "uniq_key": _text,
+        "producer_group": _text,
+        "real_topic": _text,
     }
     return html_table(
         "discard-history-unresolved",
