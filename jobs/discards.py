@@ -128,14 +128,36 @@ def read_export_discards(
     return DiscardRead(read.messages, read.bad_records, [EXPORT_NOTE])
 
 
+def _other_queue(records: DataFrame) -> DataFrame:
+    """Bad records: a record of another queue than 0 (the broker creates one queue), whose
+    offset would collide with queue 0's in the table's key."""
+    reason = F.format_string(
+        "%s has one queue (0): a record of queue %d is not used",
+        F.lit(DISCARD_TOPIC),
+        F.col("queue_id"),
+    )
+    return records.filter(F.col("queue_id") != 0).select(
+        "broker",
+        "source",
+        "position",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        reason.alias("reason"),
+        F.lit(None).cast("string").alias("raw_hex"),
+    )
+
+
 def _usable(read: DiscardRead, as_of_ms: int) -> tuple[DataFrame, DataFrame]:
     """(discard records used, every bad discard record): duplicates and unparsable
-    properties of records stored before T are bad records like the half records'."""
-    marked = mark_duplicates(read.records)
+    properties of records stored before T are bad records like the half records', and so
+    is a record of another queue than 0."""
+    marked = mark_duplicates(read.records.filter(F.col("queue_id") == 0))
     usable = marked.filter(F.col("duplicate_of").isNull()).drop("duplicate_of")
     fields = with_half_fields(usable.filter(stored_before(as_of_ms)))
     bad = (
         read.bad_records.select(*BAD_RECORD.fieldNames())
+        .unionByName(_other_queue(read.records))
         .unionByName(duplicate_records(marked))
         .unionByName(unparsable_properties(fields))
     )

@@ -62,7 +62,8 @@ class DiscardEvidence:
         op_items: ``broker, queue_id, half_offset, op_store_ms``: what each ``d`` op record
             names, with the op record's store time.
         op_store_times: ``broker, store_timestamp_ms`` of every readable op record.
-        pending: this round's pending rows (at least ``broker``, ``uniq_key``).
+        pending: this round's pending rows (at least ``broker``, ``uniq_key``,
+            ``store_timestamp_ms``).
         commits: records of the real queues the discard records name (``broker, topic,
             queue_id, sys_flag, prepared_transaction_offset, store_timestamp_ms``).
         readable_queues: ``broker, topic, queue_id`` of the real queues that could be read.
@@ -202,15 +203,26 @@ def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> DataFrame
     )
 
 
-def with_flags(rows: DataFrame, evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
-    """The discard rows with every fact the rules read (left joins: one row per record)."""
-    linked = transaction_halves(rows, evidence.half, as_of_ms)
-    pending = (
-        evidence.pending.filter(F.col("uniq_key").isNotNull())
-        .select("broker", "uniq_key")
+def resumed_pending(rows: DataFrame, pending: DataFrame) -> DataFrame:
+    """``DISCARD_KEY`` of the discard rows whose transaction has a pending row of this round
+    stored after the discard: a copy put back by a resume. (A pending record stored before
+    the discard is the discarded copy itself, below a committed offset that did not move.)"""
+    later = pending.filter(F.col("uniq_key").isNotNull()).select(
+        "broker", "uniq_key", F.col("store_timestamp_ms").alias("pending_stored_ms")
+    )
+    return (
+        rows.select(*DISCARD_KEY, "uniq_key", "discarded_at_ms")
+        .join(later, on=["broker", "uniq_key"], how="inner")
+        .filter(F.col("pending_stored_ms") > F.col("discarded_at_ms"))
+        .select(*DISCARD_KEY)
         .distinct()
         .withColumn("is_pending", F.lit(True))
     )
+
+
+def with_flags(rows: DataFrame, evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
+    """The discard rows with every fact the rules read (left joins: one row per record)."""
+    linked = transaction_halves(rows, evidence.half, as_of_ms)
     readable = evidence.readable_queues.select(
         "broker",
         F.col("topic").alias("real_topic"),
@@ -226,7 +238,7 @@ def with_flags(rows: DataFrame, evidence: DiscardEvidence, as_of_ms: int) -> Dat
         rows.join(half_facts(linked), on=DISCARD_KEY, how="left")
         .join(commit_times(linked, evidence.commits, as_of_ms), on=DISCARD_KEY, how="left")
         .join(op_times(linked, evidence.op_items, as_of_ms), on=DISCARD_KEY, how="left")
-        .join(pending, on=["broker", "uniq_key"], how="left")
+        .join(resumed_pending(rows, evidence.pending), on=DISCARD_KEY, how="left")
         .join(readable, on=["broker", "real_topic", "real_queue_id"], how="left")
         .join(oldest_op, on="broker", how="left")
     )

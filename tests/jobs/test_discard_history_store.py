@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
@@ -16,6 +18,8 @@ from schemas.messages import DISCARD_TOPIC
 from simulator.discard_cases import commit_of, delete_queue, discard_of, op_naming, resumed_copy
 from simulator.writer import StoreWriter
 from tests.connectors.reference import messages_table
+from tests.jobs.segments import AS_OF as SEGMENTS_AS_OF
+from tests.jobs.segments import HALF_ROWS, segment_argv, write_parquet_segments
 from tests.robustness.store import T, half, rows_of
 
 S = 1_000
@@ -124,7 +128,9 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
         at["rolled_back"]: ("check_max", "rolled_back", False, None, None),
         at["resumed"]: ("check_max", "pending_again", False, None, None),
         at["expired"]: ("expired", "unresolved", False, True, None),
-        at["resumed_again"]: ("check_max", "pending_again", False, None, None),
+        # The resumed copy pending now was stored before this discard: it is the copy
+        # discarded (the hand-built offsets did not move past it), not a resume.
+        at["resumed_again"]: ("check_max", "unresolved", False, *resumable),
     }
     late = {r["discard_offset"]: r for r in rows_of(out, "discard_history")}
     assert len(late) == len(d)  # merged: one row per discard record, not per run
@@ -139,3 +145,50 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     # A rerun of the same run changes nothing.
     assert main(late_args, spark=spark) == 0
     assert {r["discard_offset"]: r for r in rows_of(out, "discard_history")} == late
+
+
+def test_exported_discards_end_as_ended_and_bad_ones_are_bad_records(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """--discards: an export has no real topic, so a transaction an op ended is `ended`;
+    an unparsable counter and a record of queue 1 are bad records of the discard topic."""
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    discards = tmp_path / "in" / "discards.parquet"
+    copied = dict(HALF_ROWS[0][2])  # K0, ended by op 1 ("0,")
+    rows = [
+        (0, 0, {**copied, "TRANSACTION_CHECK_TIMES": "16"}),
+        (0, 1, {"UNIQ_KEY": "K9", "TRANSACTION_CHECK_TIMES": "x"}),  # no half: evidence gone
+        (1, 0, {"UNIQ_KEY": "K8", "TRANSACTION_CHECK_TIMES": "16"}),  # queue 1: not used
+    ]
+    pq.write_table(
+        pa.table(
+            {
+                "queue_id": pa.array([r[0] for r in rows], pa.int32()),
+                "queue_offset": [r[1] for r in rows],
+                "commitlog_offset": [50_000 + i for i in range(len(rows))],
+                "born_timestamp_ms": [SEGMENTS_AS_OF - 90_000] * len(rows),
+                "store_timestamp_ms": [SEGMENTS_AS_OF - 30_000] * len(rows),
+                "store_host": ["10.0.0.2:10911"] * len(rows),
+                "properties": pa.array(
+                    [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
+                ),
+            }
+        ),
+        discards,
+    )
+    out = tmp_path / "out"
+    argv = [*segment_argv(half, op, out, offsets), "--discards", str(discards)]
+    assert main([*argv, "--as-of", str(SEGMENTS_AS_OF), "--run-id", "x"], spark=spark) == 0
+
+    got = {
+        (r["discard_offset"], r["reason"], r["outcome"]) for r in rows_of(out, "discard_history")
+    }
+    assert got == {(0, "check_max", "ended"), (1, "undetermined", "unknown")}
+    bad = [r for r in rows_of(out, "bad_records", "x") if r["topic"] == DISCARD_TOPIC]
+    reasons = sorted(r["reason"] for r in bad)
+    assert len(reasons) == 2
+    assert reasons[0].startswith("TRANS_CHECK_MAX_TIME_TOPIC has one queue (0)")
+    assert reasons[1].startswith("unparsable TRANSACTION_CHECK_TIMES 'x'")
+    (summary,) = rows_of(out, "run_summary", "x")
+    assert summary["discard_history_rows"] == 2
+    assert any(i.startswith("discards:parquet:b:") for i in summary["inputs"])

@@ -188,7 +188,7 @@ def test_a_fault_after_discard_history_leaves_offsets_behind_and_a_rerun_converg
     assert main(_args(root, output, "r"), spark=spark, after_commit=fault) == 1
     history = rows_of(output, "discard_history")
     assert [(r["discard_offset"], r["outcome"], r["run_id"]) for r in history] == [
-        (0, "pending_again", "r")
+        (0, "unresolved", "r")
     ]
     assert rows_of(output, "consume_offsets", "r") == []  # never ahead of discard_history
 

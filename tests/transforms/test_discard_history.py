@@ -102,7 +102,12 @@ def _scenario() -> dict[str, list[dict[str, Any]]]:
 
 def _history(spark: SparkSession) -> DataFrame:
     case = _scenario()
-    pending = spark.createDataFrame([(BROKER, "K7")], "broker STRING, uniq_key STRING")
+    # K7's resumed copy (stored after the discard) is pending; K8's pending record is the
+    # discarded copy itself (stored before the discard: a committed offset that stalled).
+    pending = spark.createDataFrame(
+        [(BROKER, "K7", T - 5 * S), (BROKER, "K8", T - 40 * S)],
+        "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
+    )
     readable = spark.createDataFrame(
         [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
     )
@@ -172,7 +177,7 @@ def test_rows_have_the_table_schema_and_this_run(spark: SparkSession) -> None:
 
 def test_a_discard_stored_at_or_after_t_does_not_exist_yet(spark: SparkSession) -> None:
     late = discard(0, "K0", 16, 100 * S, stored_age_ms=0)
-    empty = spark.createDataFrame([], "broker STRING, uniq_key STRING")
+    empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
     queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
     evidence = evidence_from(
         frame(spark, []), frame(spark, [late]), empty, frame(spark, []), queues
@@ -185,7 +190,7 @@ def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
     beyond the retention is decided by the earlier half record (15 = max - 1: expired)."""
     records = [_h(0, "K0", 15, 40 * S)]
     d = discard(0, "K0", 16, 80 * HOUR)
-    pending = spark.createDataFrame([], "broker STRING, uniq_key STRING")
+    pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
     queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
     evidence = evidence_from(
         frame(spark, records), frame(spark, [d]), pending, frame(spark, []), queues
