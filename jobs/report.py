@@ -61,6 +61,7 @@ PLOTS = (
     "discards-runs",
     "offsets-lag",
     "discard-history-time",
+    "discard-history-reasons-time",
 )
 TABLES = (
     "run-summary",

@@ -3,7 +3,7 @@
 of the discard and by reason, and the ``unresolved`` rows with the exact arguments of the
 admin API's ``resumeCheckHalfMessage``.
 
-Ids: the plot ``plot-discard-history-time``, the tables ``table-discard-history-reasons``
+Ids: the plots ``plot-discard-history-time`` and ``plot-discard-history-reasons-time``, the tables ``table-discard-history-reasons``
 and ``table-discard-history-unresolved``, the section ``discard-history``.
 """
 
@@ -29,6 +29,7 @@ OUTCOME_COLORS = {
     "ended": "#bcbd22",
     "unresolved": "#d62728",
 }
+REASON_COLORS = {"check_max": "#d62728", "expired": "#ff7f0e", "undetermined": "#8c8c8c"}
 TOP_UNRESOLVED = 200
 
 
@@ -40,12 +41,15 @@ def load_discard_history(output: str) -> pd.DataFrame:
     return frame
 
 
-def discard_outcomes_over_time(history: pd.DataFrame) -> str:
-    """Stacked columns: discards per period of their store time, one colour per outcome."""
-    name, title = (
-        "discard-history-time",
-        "Discarded messages by outcome, over the time of the discard",
-    )
+def _over_time(
+    history: pd.DataFrame,
+    column: str,
+    order: tuple[str, ...],
+    colors: dict[str, str],
+    name: str,
+    title: str,
+) -> str:
+    """Stacked columns: discards per period of their store time, one colour per ``column``."""
     if history.empty:
         return empty_figure(name, title, "the broker discarded nothing (as far as the store shows)")
     at = history["discarded_at_ms"].astype("int64")
@@ -56,15 +60,29 @@ def discard_outcomes_over_time(history: pd.DataFrame) -> str:
         datetime.fromtimestamp((first + i * step) / 1000, tz=UTC).strftime(fmt)
         for i in range(int(slots.max()) + 1)
     ]
-    outcomes = _ordered(history, "outcome", OUTCOMES)
+    names = _ordered(history, column, order)
     series = _counts(
         history.assign(_slot=slots.map(lambda s: categories[int(s)])),
-        "outcome",
+        column,
         lambda f: f["_slot"],
         categories,
-        outcomes,
+        names,
     )
-    return stacked_columns(name, title, categories, series, OUTCOME_COLORS, "discarded messages")
+    return stacked_columns(name, title, categories, series, colors, "discarded messages")
+
+
+def discard_outcomes_over_time(history: pd.DataFrame) -> str:
+    """Discards per period of the time of the discard, by outcome."""
+    title = "Discarded messages by outcome, over the time of the discard"
+    return _over_time(history, "outcome", OUTCOMES, OUTCOME_COLORS, "discard-history-time", title)
+
+
+def discard_reasons_over_time(history: pd.DataFrame) -> str:
+    """Discards per period of the time of the discard, by reason."""
+    title = "Discarded messages by reason, over the time of the discard"
+    return _over_time(
+        history, "reason", REASONS, REASON_COLORS, "discard-history-reasons-time", title
+    )
 
 
 def reasons_table(history: pd.DataFrame) -> str:
@@ -126,6 +144,7 @@ def discard_history_section(output: str) -> str:
             " (topic, offset message id) below. Reasons use this run's check_max, which may"
             " differ from the broker's at the time of the discard.</p>",
             discard_outcomes_over_time(history),
+            discard_reasons_over_time(history),
             reasons_table(history),
             f"<h2>Unresolved discards (newest {TOP_UNRESOLVED})</h2>",
             unresolved_table(history),
