@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 from connectors.delta_commit import (
     COMMIT_ATTEMPTS,
     LOCK_NAME,
+    MERGED_TABLES,
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
@@ -62,6 +63,7 @@ __all__ = [
     "DELTA_EXTENSION",
     "IVY_DIR_ENV",
     "LOCK_NAME",
+    "MERGED_TABLES",
     "OFFSETS_MERGE_KEYS",
     "PARTITION_COLUMN",
     "TABLE_PROPERTIES",
@@ -94,6 +96,8 @@ class OutputWriter(Protocol):
     ) -> int: ...
 
     def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int: ...
+
+    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int: ...
 
 
 def open_output(

@@ -18,7 +18,29 @@ LOCK_NAME = ".rmq-txn-reconcile.lock"
 # timestamp-without-time-zone column either: times are epoch-ms longs).
 TABLE_PROPERTIES = {"delta.enableDeletionVectors": "false", "delta.checkpointPolicy": "classic"}
 OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
+# Tables merged on a key instead of partitioned by run: they must not grow with every run.
+# A row is updated only by a run at the same T or later (a backfill of an older T does not
+# overwrite a newer picture), and keeps the columns of KEEP_ON_UPDATE from the row it updates.
+MERGED_TABLES = {"discard_history": ("broker", "discard_offset")}
+KEEP_ON_UPDATE = ("first_seen_run_id",)
+NEWER_OR_SAME_T = "s.as_of_ms >= t.as_of_ms"
 COMMIT_ATTEMPTS = 8
+
+
+def partition_columns(table: str) -> list[str]:
+    """The partition columns a table is created with: ``run_id``, except merged tables."""
+    return [] if table in MERGED_TABLES else [PARTITION_COLUMN]
+
+
+def merge_updates(columns: list[str]) -> dict[str, str]:
+    """Target column -> source expression of a merged table's update (``KEEP_ON_UPDATE``
+    columns stay as they are)."""
+    return {name: f"s.`{name}`" for name in columns if name not in KEEP_ON_UPDATE}
+
+
+def merge_predicate(table: str) -> str:
+    """The merge condition on a merged table's key."""
+    return " AND ".join(f"t.`{key}` = s.`{key}`" for key in MERGED_TABLES[table])
 
 
 def local_root(root: str) -> Path | None:

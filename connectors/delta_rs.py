@@ -16,12 +16,14 @@ import contextlib
 import hashlib
 import json
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -34,10 +36,14 @@ from pyspark.sql import types as T
 from connectors.arrow import to_arrow_schema
 from connectors.delta_commit import (
     COMMIT_ATTEMPTS,
+    NEWER_OR_SAME_T,
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
     commit_lock,
+    merge_predicate,
+    merge_updates,
+    partition_columns,
 )
 from schemas.outputs import CONSUME_OFFSETS_TABLE
 
@@ -109,7 +115,7 @@ class DeltaRsOutput:
                     str(path),
                     arrow,
                     mode="ignore",
-                    partition_by=[PARTITION_COLUMN],
+                    partition_by=partition_columns(table),
                     configuration=TABLE_PROPERTIES,
                 )
             return
@@ -201,3 +207,45 @@ class DeltaRsOutput:
         with commit_lock(str(self.root)):
             _retry(commit)
         return source.num_rows
+
+    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int:
+        """Merge ``frame`` into a merged table (``delta_commit.MERGED_TABLES``) on its key:
+        a matching row is updated by a run at the same T or later, keeping
+        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay.
+
+        Executors write the rows as Parquet into a scratch folder of the table (Delta
+        readers ignore folders starting with ``_``); delta-rs streams them from there into
+        its merge, so the rows are never collected on the driver. The scratch folder is
+        removed afterwards."""
+        path = self.table_path(table)
+        staging = path / f"_merge-{uuid.uuid4().hex}"
+        self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        written = Observation(f"rows merged into {table}")
+        frame.select(*schema.fieldNames()).observe(
+            written, F.count(F.lit(1)).alias("rows")
+        ).write.mode("errorifexists").parquet(str(staging))
+        try:
+            files = sorted(str(f) for f in staging.glob("*.parquet"))
+            found = sum(pq.read_metadata(f).num_rows for f in files)
+            check_committed_rows(table, written.get["rows"], found, staging)
+            arrow = to_arrow_schema(schema)
+
+            def commit() -> None:
+                reader = ds.dataset(files, schema=arrow, format="parquet").scanner().to_reader()
+                (
+                    DeltaTable(str(path))
+                    .merge(
+                        reader, predicate=merge_predicate(table), source_alias="s", target_alias="t"
+                    )
+                    .when_matched_update(
+                        merge_updates(schema.fieldNames()), predicate=NEWER_OR_SAME_T
+                    )
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+
+            with commit_lock(str(self.root)):
+                _retry(commit)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return found

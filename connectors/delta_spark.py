@@ -17,11 +17,15 @@ from pyspark.sql import types as T
 
 from connectors.delta_commit import (
     COMMIT_ATTEMPTS,
+    NEWER_OR_SAME_T,
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
     absolute_root,
     commit_lock,
+    merge_predicate,
+    merge_updates,
+    partition_columns,
 )
 from connectors.delta_jars import DeltaUnavailableError, can_write_delta
 from schemas.outputs import CONSUME_OFFSETS_TABLE
@@ -57,7 +61,7 @@ class DeltaSparkOutput:
                     SparkDeltaTable.createIfNotExists(self.spark)
                     .location(location)
                     .addColumns(schema)
-                    .partitionedBy(PARTITION_COLUMN)
+                    .partitionedBy(*partition_columns(table))
                 )
                 for key, value in TABLE_PROPERTIES.items():
                     builder = builder.property(key, value)
@@ -108,6 +112,31 @@ class DeltaSparkOutput:
             )
 
         settings = {**ALWAYS_COMMIT, USER_METADATA: token}  # merge has no writer option for it
+        with commit_lock(self.root), _session_conf(self.spark, settings):
+            _retry_spark(merge)
+            return self._rows_of_commit(location, token, "numSourceRows")
+
+    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int:
+        """Merge ``frame`` into a merged table on its key (see ``DeltaRsOutput.merge_rows``):
+        a matching row is updated by a run at the same T or later, keeping
+        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay."""
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        location = self.table_location(table)
+        source = conform(frame, schema).alias("s")
+        token = _commit_token(str(uuid.uuid4()))
+
+        def merge() -> None:
+            (
+                SparkDeltaTable.forPath(self.spark, location)
+                .alias("t")
+                .merge(source, merge_predicate(table))
+                .whenMatchedUpdate(NEWER_OR_SAME_T, merge_updates(schema.fieldNames()))
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+
+        settings = {**ALWAYS_COMMIT, USER_METADATA: token}
         with commit_lock(self.root), _session_conf(self.spark, settings):
             _retry_spark(merge)
             return self._rows_of_commit(location, token, "numSourceRows")

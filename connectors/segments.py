@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.errors import InputError
-from schemas.messages import HALF_TOPIC, MESSAGE, OP_TOPIC, SOURCED_MESSAGE
+from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, MESSAGE, OP_TOPIC, SOURCED_MESSAGE
 from schemas.outputs import BAD_RECORD
 
 FORMATS = ("parquet", "json", "delta")
@@ -181,36 +181,45 @@ def _canonical(frame: DataFrame, topic: str, broker: str, path: str) -> tuple[Da
     return shaped, F.coalesce(*reasons)
 
 
+def _read_one_side(
+    spark: SparkSession, path: str, topic: str, fmt: str, broker: str
+) -> tuple[DataFrame, DataFrame]:
+    """(readable records, bad records) of one export holding the records of ``topic``."""
+    shaped, reason = _canonical(_read_side(spark, path, fmt), topic, broker, path)
+    flagged = shaped.withColumn("_reason", reason)
+    good = flagged.filter(F.col("_reason").isNull()).select(*SOURCED_MESSAGE.fieldNames())
+    raw = F.upper(F.hex(F.substring(F.encode(F.col(_LINE), "UTF-8").cast("binary"), 1, 64)))
+    values = [
+        F.lit(broker),
+        F.col("source"),
+        F.col("position"),
+        F.lit(topic),
+        F.col("queue_id"),
+        F.col("queue_offset"),
+        F.col("_reason"),
+        raw,
+    ]
+    bad = flagged.filter(F.col("_reason").isNotNull()).select(
+        *[
+            value.cast(field.dataType).alias(field.name)
+            for value, field in zip(values, BAD_RECORD.fields, strict=True)
+        ]
+    )
+    return good, bad
+
+
 def read_segments(spark: SparkSession, half: str, op: str, fmt: str, broker: str) -> SegmentRead:
     """Read the half and op exports of one broker (see module docstring)."""
-    good: list[DataFrame] = []
-    bad: list[DataFrame] = []
-    for path, topic in ((half, HALF_TOPIC), (op, OP_TOPIC)):
-        shaped, reason = _canonical(_read_side(spark, path, fmt), topic, broker, path)
-        flagged = shaped.withColumn("_reason", reason)
-        good.append(flagged.filter(F.col("_reason").isNull()).select(*SOURCED_MESSAGE.fieldNames()))
-        raw = F.upper(F.hex(F.substring(F.encode(F.col(_LINE), "UTF-8").cast("binary"), 1, 64)))
-        bad.append(
-            flagged.filter(F.col("_reason").isNotNull()).select(
-                *[
-                    value.cast(field.dataType).alias(field.name)
-                    for value, field in zip(
-                        [
-                            F.lit(broker),
-                            F.col("source"),
-                            F.col("position"),
-                            F.lit(topic),
-                            F.col("queue_id"),
-                            F.col("queue_offset"),
-                            F.col("_reason"),
-                            raw,
-                        ],
-                        BAD_RECORD.fields,
-                        strict=True,
-                    )
-                ]
-            )
-        )
+    half_good, half_bad = _read_one_side(spark, half, HALF_TOPIC, fmt, broker)
+    op_good, op_bad = _read_one_side(spark, op, OP_TOPIC, fmt, broker)
     return SegmentRead(
-        messages=good[0].unionByName(good[1]), bad_records=bad[0].unionByName(bad[1])
+        messages=half_good.unionByName(op_good), bad_records=half_bad.unionByName(op_bad)
     )
+
+
+def read_discard_segments(spark: SparkSession, path: str, fmt: str, broker: str) -> SegmentRead:
+    """Read an export of ``TRANS_CHECK_MAX_TIME_TOPIC`` records (``--discards``): the same
+    formats and columns as the half export (``properties`` carries the copied half
+    properties)."""
+    good, bad = _read_one_side(spark, path, DISCARD_TOPIC, fmt, broker)
+    return SegmentRead(messages=good, bad_records=bad)

@@ -66,6 +66,11 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     )
     inputs.add_argument("--half", help="exported half records (Parquet/JSON/Delta)")
     inputs.add_argument("--op", help="exported op records (Parquet/JSON/Delta)")
+    inputs.add_argument(
+        "--discards",
+        help="exported TRANS_CHECK_MAX_TIME_TOPIC records (same format as --half), for"
+        " the discard_history table",
+    )
     inputs.add_argument("--offsets", help="consumerOffset.json for exported segments")
     inputs.add_argument(
         "--format", choices=["parquet", "json", "delta"], help="format of --half/--op"
@@ -177,6 +182,8 @@ def _validate_segments(args: argparse.Namespace) -> None:
         raise InputError("give --store DIR, or all of --half, --op, --format and --broker")
     validate_segment_path(args.half, args.format)
     validate_segment_path(args.op, args.format)
+    if args.discards is not None:
+        validate_segment_path(args.discards, args.format)
     if args.offsets is not None:
         if not Path(args.offsets).is_file():
             raise InputError(f"{args.offsets}: offsets file not found")
@@ -198,7 +205,7 @@ def validate_arguments(args: argparse.Namespace) -> None:
     """Everything that can be checked before Spark starts (exit code 2, one line)."""
     validate_output(args.output, args.store)
     segments = [args.half, args.op, args.format, args.broker]
-    if args.store and any(value is not None for value in [*segments, args.offsets]):
+    if args.store and any(value is not None for value in [*segments, args.offsets, args.discards]):
         raise InputError("use either --store or --half/--op/--format/--broker, not both")
     if args.store:
         _validate_stores(args.store)
@@ -223,6 +230,7 @@ def request_from(args: argparse.Namespace, config: JobConfig) -> JobRequest:
         fmt=args.format,
         broker=args.broker,
         offsets=args.offsets,
+        discards=args.discards,
         run_id=args.run_id,
         verbose=args.verbose,
     )

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from jobs.config import load_config
+from jobs.discards import build_discard_history
 from jobs.extract import parse_as_of, read_segment_inputs, read_store_inputs
 from jobs.output import write_outputs
-from jobs.run import run_round
+from jobs.run import JobRequest, run_round
 from jobs.session import probe_workers
 from transforms.round import RoundOutputs, shape_outputs
 
@@ -88,10 +89,15 @@ def reconcile_stores_to_delta(
     config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
     inputs = read_store_inputs(spark, stores, config).persist()
     state = run_round(inputs, config, parse_as_of(str(as_of)), run_id)
+    request = JobRequest(output=output, as_of=state.params.as_of_ms, stores=tuple(stores))
+    discards = build_discard_history(
+        spark, request, config, inputs.messages, state.pending, state.params
+    )
+    outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
     try:
         return write_outputs(
             spark,
-            with_pending_history(spark, shape_outputs(state), output, state.params),
+            discards.apply(outputs, state.params),
             state.params.run_id,
             output,
             config.include_body,
@@ -101,4 +107,5 @@ def reconcile_stores_to_delta(
             catalog_schema=config.catalog_schema,
         )
     finally:
+        discards.release()
         inputs.unpersist()

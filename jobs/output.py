@@ -71,7 +71,7 @@ def write_outputs(
     """Create the tables if absent, replace this run's rows in each; offsets last.
     ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary;
     ``after_commit`` is called with each table's name once it is committed."""
-    from connectors.delta import open_output, register_tables
+    from connectors.delta import MERGED_TABLES, open_output, register_tables
 
     writer = open_output(spark, output_root, writer_choice)
     progress(f"writing through {type(writer).__name__}")
@@ -85,6 +85,8 @@ def write_outputs(
             frame = with_run_time_columns(frame, facts, started)
         if name == CONSUME_OFFSETS_TABLE:
             counts[name] = writer.merge_offsets(frame, schema)
+        elif name in MERGED_TABLES:  # discard_history: merged on its key, not per run
+            counts[name] = writer.merge_rows(name, frame, schema)
         else:
             counts[name] = writer.replace_run(name, frame, schema, run_id)
         progress(f"wrote {name}: {counts[name]} rows")
@@ -169,7 +171,7 @@ def format_summary(
     ):
         lines += _queue_lines(row)
     lines.append(
-        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records>"
+        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records|discard_history>"
     )
     lines.append(
         f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.<safe|after|committed>.json"

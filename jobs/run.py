@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from connectors.errors import InputError
 from jobs.config import JobConfig
+from jobs.discards import DiscardHistory, build_discard_history, discard_inputs, summary_lines
 from jobs.extract import (
     Inputs,
     derive_run_id,
@@ -65,6 +66,7 @@ class JobRequest:
     fmt: str | None = None
     broker: str | None = None
     offsets: str | None = None
+    discards: str | None = None  # exported TRANS_CHECK_MAX_TIME_TOPIC records (segments only)
     run_id: str | None = None
     verbose: bool = False
 
@@ -229,6 +231,33 @@ def round_phase(
     return state, bad
 
 
+def discard_phase(
+    spark: SparkSession,
+    inputs: Inputs,
+    state: RoundState,
+    request: JobRequest,
+    config: JobConfig,
+    progress: Progress,
+) -> DiscardHistory:
+    """The discard history (``jobs.discards``): a small read of its own beside the round;
+    ``--strict`` fails on a bad discard record too."""
+    _phase(spark, "discard history")
+    history = build_discard_history(
+        spark, request, config, inputs.messages, state.pending, state.params
+    )
+    progress(
+        f"discard history: {sum(history.counts.values())} discard records, {history.bad_count} bad"
+    )
+    if config.strict and history.bad_count:
+        first = history.bad_records.orderBy("broker", "source", "position").first()
+        assert first is not None  # bad_count > 0
+        raise StrictModeError(
+            f"{history.bad_count} bad discard record(s) and --strict is set; first:"
+            f" {first['reason']} at {first['source']}:{first['position']}"
+        )
+    return history
+
+
 def write_phase(
     spark: SparkSession,
     state: RoundState,
@@ -238,6 +267,7 @@ def write_phase(
     started: float,
     progress: Progress,
     after_commit: AfterCommit | None = None,
+    discards: DiscardHistory | None = None,
 ) -> None:
     """Write the tables (offsets last) and the offset fragments; print the summary."""
     from connectors.delta import open_output
@@ -245,6 +275,8 @@ def write_phase(
 
     params = state.params
     outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
+    if discards is not None:
+        outputs = discards.apply(outputs, params)
     _phase(spark, "write")
     # The per-queue tables are written, then printed: brought to the driver once (the
     # summary's second read re-ran its aggregate over the unresolved records).
@@ -275,6 +307,8 @@ def write_phase(
         {**row.asDict(), **facts} for row in outputs.run_summary.collect()
     ]  # one row per queue
     print(format_summary(summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows))
+    if discards is not None:
+        print("\n".join(summary_lines(discards, request.output)))
 
 
 def run(
@@ -291,9 +325,13 @@ def run(
     spark = start_session(request, config, spark)
     inputs = read_phase(spark, request, config, progress)
     state, bad = round_phase(spark, inputs, request, config, progress)
-    write_phase(spark, state, inputs.identity, request, config, started, progress, after_commit)
+    discards = discard_phase(spark, inputs, state, request, config, progress)
+    identity = [*inputs.identity, *discard_inputs(request)]
+    write_phase(spark, state, identity, request, config, started, progress, after_commit, discards)
+    bad += discards.bad_count
     if bad:
         print(bad_records_line(bad, request.output, state.params.run_id))
+    discards.release()
     state.unpersist()
     inputs.unpersist()
     spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears the label

@@ -109,6 +109,8 @@ RUN_SUMMARY = T.StructType(
     + [T.StructField(name, T.LongType()) for name in CLASSES]
     + [
         T.StructField("bad_records", T.LongType()),
+        # Rows of discard_history this run wrote for the broker (on each of its queue rows).
+        T.StructField("discard_history_rows", T.LongType()),
         # What needs attention first (spec section 6).
         T.StructField("discard_next_round", T.LongType()),
         T.StructField("past_last_check", T.LongType()),
@@ -146,12 +148,40 @@ BAD_RECORD = T.StructType(
 
 BAD_RECORDS = T.StructType(BAD_RECORD.fields + RUN_COLUMNS)
 
+# One row per record of TRANS_CHECK_MAX_TIME_TOPIC, merged on (broker, discard_offset): not
+# partitioned by run, it keeps every discard ever seen (transforms.discard_history).
+DISCARD_HISTORY = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("discard_offset", T.LongType()),
+        T.StructField("offset_msg_id", T.StringType()),
+        T.StructField("uniq_key", T.StringType()),
+        T.StructField("producer_group", T.StringType()),
+        T.StructField("real_topic", T.StringType()),
+        T.StructField("real_queue_id", T.IntegerType()),
+        T.StructField("check_times", T.IntegerType()),
+        T.StructField("born_timestamp_ms", T.LongType()),
+        T.StructField("discarded_at_ms", T.LongType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("outcome", T.StringType()),
+        T.StructField("ended_before_discard", T.BooleanType()),
+        T.StructField("resume_futile", T.BooleanType()),
+        T.StructField("resume_topic", T.StringType()),
+        T.StructField("resume_offset_msg_id", T.StringType()),
+        T.StructField("first_seen_run_id", T.StringType()),
+    ]
+    + RUN_COLUMNS
+)
+
 CHECK_REQUESTS_TABLE = "check_requests"
 DISCARDS_TABLE = "discards"
 PENDING_TABLE = "pending"
 CONSUME_OFFSETS_TABLE = "consume_offsets"
 RUN_SUMMARY_TABLE = "run_summary"
 BAD_RECORDS_TABLE = "bad_records"
+DISCARD_HISTORY_TABLE = "discard_history"
+# Tables merged on a key instead of partitioned by run (they must not grow per run).
+DISCARD_HISTORY_MERGE_KEYS = ("broker", "discard_offset")
 
 # Write order: the offsets table is committed last, so it never moves ahead of the
 # tables that justify it.
@@ -161,6 +191,7 @@ TABLE_SCHEMAS: dict[str, T.StructType] = {
     DISCARDS_TABLE: DISCARDS,
     PENDING_TABLE: PENDING,
     RUN_SUMMARY_TABLE: RUN_SUMMARY,
+    DISCARD_HISTORY_TABLE: DISCARD_HISTORY,
     CONSUME_OFFSETS_TABLE: CONSUME_OFFSETS,
 }
 

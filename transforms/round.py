@@ -153,17 +153,22 @@ class RoundOutputs:
     consume_offsets: DataFrame
     run_summary: DataFrame
     bad_records: DataFrame
+    # Added by the job (jobs.discards): the round alone does not read the discard topic.
+    discard_history: DataFrame | None = None
 
     def tables(self) -> dict[str, DataFrame]:
         """Name -> frame, in the order tables are written (offsets last)."""
-        return {
+        tables = {
             "bad_records": self.bad_records,
             "check_requests": self.check_requests,
             "discards": self.discards,
             "pending": self.pending,
             "run_summary": self.run_summary,
-            "consume_offsets": self.consume_offsets,
         }
+        if self.discard_history is not None:
+            tables["discard_history"] = self.discard_history
+        tables["consume_offsets"] = self.consume_offsets
+        return tables
 
 
 def classify_round(
@@ -342,6 +347,8 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
             "p_safe",
             *CLASSES,
             "bad_records",
+            # Filled by the job from discard_history (null when it is not computed).
+            F.lit(None).cast(T.LongType()).alias("discard_history_rows"),
             *[
                 F.coalesce(F.col(name), F.lit(0)).alias(name)
                 for name in ("discard_next_round", "past_last_check")

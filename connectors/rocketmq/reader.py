@@ -176,7 +176,22 @@ class _Plan:
     offsets_files: list[tuple[str, str, str | None]]
 
 
-def _plan_stores(stores: Sequence[StoreSpec], topics: tuple[str, ...]) -> _Plan:
+def only_these_queues(units: Sequence[Unit], queues: frozenset[tuple[str, str, int]]) -> list[Unit]:
+    """The consume-queue units of the (broker, topic, queue id) in ``queues``; no commit-log
+    scan: a queue read this way (a business queue a discard record names) is read through
+    its consume queue or not at all (docs/store-reader.md)."""
+    return [
+        unit
+        for unit in units
+        if isinstance(unit, QueueUnit) and (unit.broker, unit.topic, unit.queue_id) in queues
+    ]
+
+
+def _plan_stores(
+    stores: Sequence[StoreSpec],
+    topics: tuple[str, ...],
+    only_queues: frozenset[tuple[str, str, int]] | None = None,
+) -> _Plan:
     """Check and plan every store; InputError before any Spark job."""
     names = [s.broker for s in stores]
     duplicated = sorted({n for n in names if names.count(n) > 1})
@@ -190,6 +205,8 @@ def _plan_stores(stores: Sequence[StoreSpec], topics: tuple[str, ...]) -> _Plan:
         offsets = loaded.table
         plan.committed.extend(committed_rows(spec.broker, offsets))
         store_units, store_notes = plan_store(spec, topics, offsets)
+        if only_queues is not None:
+            store_units, store_notes = only_these_queues(store_units, only_queues), []
         plan.units.extend(store_units)
         plan.notes.extend(store_notes)
     return plan
@@ -203,15 +220,18 @@ def read_stores(
     include_half_body: bool = False,
     topics: Sequence[str] = TRANSACTION_TOPICS,
     lean: bool = False,
+    only_queues: frozenset[tuple[str, str, int]] | None = None,
 ) -> StoreRead:
     """Read the half and op queues (or ``topics``) of every store; see the module doc.
 
     ``lean``: records carry ``PROPERTY_COLUMNS`` instead of the properties map
     (``LEAN_MESSAGE``), what the job reads; the default gives ``SOURCED_MESSAGE``.
+    ``only_queues``: read only these (broker, topic, queue id) of ``topics``, through their
+    consume queues (``only_these_queues``).
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
-    plan = _plan_stores(stores, tuple(topics))
+    plan = _plan_stores(stores, tuple(topics), only_queues)
     size = task_size(plan.units, spark.sparkContext.defaultParallelism)
     tasks = pack_tasks(split_units(plan.units, size), size)
     options = ReadOptions(

@@ -108,6 +108,7 @@ def test_vacuum_keeps_recent_files_by_default_and_deletes_replaced_ones_with_zer
         "bad_records",
         "check_requests",
         "consume_offsets",
+        "discard_history",
         "discards",
         "pending",
         "run_summary",

@@ -31,6 +31,7 @@ from schemas.outputs import (
     CONSUME_OFFSETS,
     DISCARD_CHECK_MAX,
     DISCARD_EXPIRED,
+    DISCARD_HISTORY,
     DISCARDS,
     IMMUNE,
     NOT_REACHED,
@@ -196,11 +197,41 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
     return {"pending": len(pending), "discards": len(discards), "checks": len(checks)}
 
 
+# (discard offset, uniq key, reason, outcome, resume_futile, hours before NEW_AS_OF)
+DISCARD_ROWS = (
+    (0, "K0", "check_max", "unresolved", False, 30),
+    (1, "K1", "expired", "unresolved", True, 20),
+    (2, "K2", "check_max", "committed", None, 10),
+    (3, None, "check_max", "unknown", None, 5),
+)
+
+
+def _write_discard_history(out: Path) -> None:
+    """The merged table (not partitioned by run), as the writers leave it."""
+    rows = []
+    for offset, key, reason, outcome, futile, hours in DISCARD_ROWS:
+        msg_id = f"7F00000100002A9F{9000 + offset:016X}"
+        resumable = futile is False
+        rows.append({
+            "broker": "broker-a", "discard_offset": offset, "offset_msg_id": msg_id,
+            "uniq_key": key, "producer_group": "PG_orders", "real_topic": "orders",
+            "real_queue_id": 1, "check_times": 15, "born_timestamp_ms": NEW_AS_OF - 80 * HOUR,
+            "discarded_at_ms": NEW_AS_OF - hours * HOUR, "reason": reason, "outcome": outcome,
+            "ended_before_discard": outcome == "committed" or None, "resume_futile": futile,
+            "resume_topic": "TRANS_CHECK_MAX_TIME_TOPIC" if resumable else None,
+            "resume_offset_msg_id": msg_id if resumable else None,
+            "first_seen_run_id": OLD_RUN, "run_id": NEW_RUN, "as_of_ms": NEW_AS_OF,
+        })  # fmt: skip
+    data = pa.Table.from_pylist(rows, schema=to_arrow_schema(DISCARD_HISTORY))
+    write_deltalake(str(out / "discard_history"), data)
+
+
 @pytest.fixture(scope="module")
 def output(tmp_path_factory) -> tuple[Path, dict[str, int]]:
     out = tmp_path_factory.mktemp("out")
     _run(out, OLD_RUN, OLD_AS_OF, OLD_AS_OF + 60_000, seed=1)
     counts = _run(out, NEW_RUN, NEW_AS_OF, NEW_AS_OF + 60_000, seed=2)
+    _write_discard_history(out)
     assert set(TABLE_SCHEMAS) == {p.name for p in out.iterdir()}
     return out, counts
 
@@ -259,6 +290,23 @@ def test_unknown_run_or_output_is_a_clean_error(output, tmp_path, capsys) -> Non
 
     errors = capsys.readouterr().err.splitlines()
     assert len(errors) == 2 and all(line.startswith("error: ") for line in errors)
+
+
+def test_discard_history_section_with_the_resume_arguments(output, tmp_path) -> None:
+    out, _ = output
+    text = report.write_report(out, html_path=tmp_path / "r.html").read_text()
+    section = text[text.index('id="discard-history"') :]
+
+    assert 'id="plot-discard-history-time"' in section
+    assert re.search(
+        r'id="table-discard-history-reasons" data-table="[^"]+" data-rows="2"', section
+    )
+    unresolved = section[section.index('id="table-discard-history-unresolved"') :]
+    assert 'data-rows="2"' in unresolved[:200]
+    assert f"7F00000100002A9F{9000:016X}" in unresolved  # resumable: its offset message id
+    assert f"7F00000100002A9F{9001:016X}" not in unresolved  # futile: no resume arguments
+    assert "4 message(s) the broker discarded" in section
+    assert "2 unresolved, of which 1 would be discarded again" in section
 
 
 def test_a_run_with_nothing_pending_still_has_every_plot(tmp_path) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from connectors.rocketmq.reader import COMBINED_ARROW, StoreSpec, read_batches
 from jobs.reconcile import main
+from schemas.messages import DISCARD_TOPIC
 from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import HALF, OP, TABLES, rows_of
 
@@ -110,7 +111,9 @@ def outcome(spark, tmp_path_factory):
     code = main(
         [*args, "--output", str(output), "--as-of", "latest", "--run-id", "cons"], spark=spark
     )
-    return code, base, {table: rows_of(output, table, "cons") for table in TABLES}
+    tables = {table: rows_of(output, table, "cons") for table in TABLES}
+    tables["discard_history"] = rows_of(output, "discard_history", "cons")
+    return code, base, tables
 
 
 @pytest.mark.slow
@@ -180,3 +183,42 @@ def test_every_half_record_from_h0_is_resolved_or_pending_exactly_once(outcome, 
             s["p0"],
             s["p1"],
         )
+
+
+def discard_offsets(root: Path, broker: str, as_of: int) -> list[int]:
+    """Queue offsets of the TRANS_CHECK_MAX_TIME_TOPIC records stored before ``as_of``,
+    decoded without Spark."""
+    batches = read_batches([StoreSpec(broker, root)], topics=(DISCARD_TOPIC,))
+    table = pa.Table.from_batches(list(batches), schema=COMBINED_ARROW)
+    rows = table.select(["queue_offset", "store_timestamp_ms", "reason"]).to_pylist()
+    assert [r for r in rows if r["reason"] is not None] == []
+    return [r["queue_offset"] for r in rows if r["store_timestamp_ms"] < as_of]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker", sorted(BROKERS))
+def test_every_discard_record_is_exactly_one_discard_history_row(outcome, broker):
+    code, base, tables = outcome
+    assert code == 0
+    (as_of,) = {r["as_of_ms"] for r in tables["run_summary"]}
+    expected = discard_offsets(base / broker, broker, as_of)
+    assert expected, "the simulated store has discard records"
+    rows = [r for r in tables["discard_history"] if r["broker"] == broker]
+    assert sorted(r["discard_offset"] for r in rows) == sorted(expected)  # once each
+    assert {r["discard_history_rows"] for r in tables["run_summary"] if r["broker"] == broker} == {
+        len(expected)
+    }
+    # The simulator never resumes nor loses evidence: every row has a reason and an outcome
+    # of the spec's sets, and resume arguments exactly on resumable unresolved rows.
+    for r in rows:
+        assert r["reason"] in ("check_max", "expired", "undetermined")
+        assert r["outcome"] in (
+            "committed",
+            "rolled_back",
+            "ended",
+            "unresolved",
+            "unknown",
+            "pending_again",
+        )
+        resumable = r["outcome"] == "unresolved" and r["resume_futile"] is False
+        assert (r["resume_offset_msg_id"] == r["offset_msg_id"]) == resumable

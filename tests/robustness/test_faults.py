@@ -175,3 +175,23 @@ def run_concurrently(store: Path, output: Path, extra_args: dict[str, list[str]]
     for run_id in succeeded[1:]:
         assert {t: comparable(r) for t, r in rows[run_id].items()} == first, run_id
     return succeeded
+
+
+def test_a_fault_after_discard_history_leaves_offsets_behind_and_a_rerun_converges(spark, tmp_path):
+    """discard_history is merged, not partitioned by run: it is committed before the
+    offsets, and the rerun of a run that died right after it leaves the same rows."""
+    root, output = tmp_path / "broker-f", tmp_path / "out"
+    discarded = {**half(1, TRANSACTION_CHECK_TIMES="16"), "topic": "TRANS_CHECK_MAX_TIME_TOPIC"}
+    write(root, [op(b"0,"), half(0), half(1, TRANSACTION_CHECK_TIMES="15"), discarded])
+
+    fault = fail_after("discard_history")
+    assert main(_args(root, output, "r"), spark=spark, after_commit=fault) == 1
+    history = rows_of(output, "discard_history")
+    assert [(r["discard_offset"], r["outcome"], r["run_id"]) for r in history] == [
+        (0, "unresolved", "r")
+    ]
+    assert rows_of(output, "consume_offsets", "r") == []  # never ahead of discard_history
+
+    assert main(_args(root, output, "r"), spark=spark) == 0
+    assert rows_of(output, "discard_history") == history
+    assert len(rows_of(output, "consume_offsets", "r")) == 2

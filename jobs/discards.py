@@ -1,0 +1,303 @@
+"""The discard history of one run (spec section 6, ``discard_history``): the glue that reads
+``TRANS_CHECK_MAX_TIME_TOPIC`` (a store's consume queue or commit-log scan, or an export
+given with ``--discards``) and the real queues its records name, then hands them to the
+pure ``transforms.discard_history``.
+
+The discard topic is small (one record per message the broker gave up on), so it is a
+separate read beside the half/op read, which stays as it is. Business queues can be huge:
+only the (topic, queue) pairs that discard records name are read, through their consume
+queues (never a commit-log scan); a queue that cannot be read that way makes an ended
+transaction ``ended`` rather than ``committed``/``rolled_back`` (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from connectors.rocketmq.reader import parse_store_arg, read_stores
+from connectors.segments import read_discard_segments
+from jobs.config import JobConfig
+from schemas.messages import DISCARD_TOPIC, SOURCED_MESSAGE
+from schemas.outputs import BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
+from transforms.bad_records import duplicate_records, unparsable_properties
+from transforms.discard_history import (
+    OUTCOMES,
+    UNRESOLVED,
+    discard_history,
+    discard_history_counts,
+    evidence_from,
+)
+from transforms.messages import mark_duplicates, stored_before, with_half_fields
+from transforms.params import RoundParams
+from transforms.round import RoundOutputs
+
+if TYPE_CHECKING:
+    from jobs.run import JobRequest
+
+# RocketMQ's own rule for topic names (TopicValidator): anything else is no queue of the
+# store (and must never become a path).
+_TOPIC_NAME = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
+QUEUE_SCHEMA = "broker string, topic string, queue_id int"
+EXPORT_NOTE = (
+    "exports hold no real topic: a transaction ended by an op shows as ended, never as"
+    " committed or rolled_back"
+)
+
+
+@dataclass(frozen=True)
+class DiscardRead:
+    """Discard records (``SOURCED_MESSAGE``, duplicates still in) and their bad records."""
+
+    records: DataFrame
+    bad_records: DataFrame
+    notes: list[str] = field(default_factory=list)
+    release: Callable[[], None] = lambda: None
+
+
+@dataclass(frozen=True)
+class DiscardHistory:
+    """One run's ``discard_history`` rows (cached), the bad discard records, and what the
+    summary says about them."""
+
+    history: DataFrame
+    bad_records: DataFrame
+    counts: dict[str, int]
+    bad_count: int
+    notes: list[str]
+    release: Callable[[], None]
+
+    def apply(self, outputs: RoundOutputs, params: RoundParams) -> RoundOutputs:
+        """``outputs`` with the table, the bad discard records and ``run_summary``'s
+        ``discard_history_rows`` (per broker, on each of its queue rows)."""
+        run = [F.lit(params.run_id).alias("run_id"), F.lit(params.as_of_ms).alias("as_of_ms")]
+        bad = self.bad_records.select(*BAD_RECORD.fieldNames(), *run)
+        counts = outputs.run_summary.sparkSession.createDataFrame(
+            sorted(self.counts.items()), "broker string, rows long"
+        )
+        summary = outputs.run_summary.join(counts, on="broker", how="left").select(
+            *[
+                (
+                    F.coalesce(F.col("rows"), F.lit(0))
+                    if f.name == "discard_history_rows"
+                    else F.col(f.name)
+                )
+                .cast(f.dataType)
+                .alias(f.name)
+                for f in RUN_SUMMARY.fields
+            ]
+        )
+        return replace(
+            outputs,
+            discard_history=self.history,
+            bad_records=outputs.bad_records.unionByName(bad),
+            run_summary=summary,
+        )
+
+
+def _empty_records(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], SOURCED_MESSAGE)
+
+
+def read_store_discards(
+    spark: SparkSession, stores: Sequence[str], config: JobConfig
+) -> DiscardRead:
+    """``TRANS_CHECK_MAX_TIME_TOPIC`` of every store: its consume queue, else a commit-log
+    scan (the reader's rule for any topic)."""
+    specs = [parse_store_arg(arg) for arg in stores]
+    read = read_stores(spark, specs, verify_crc=config.verify_crc, topics=(DISCARD_TOPIC,))
+    notes = [f"{broker}: {text}" for broker, _, text in read.notes]
+    return DiscardRead(read.messages, read.bad_records, notes, read.unpersist)
+
+
+def read_export_discards(
+    spark: SparkSession, path: str | None, fmt: str, broker: str
+) -> DiscardRead:
+    """The ``--discards`` export, or no record when none was given."""
+    if path is None:
+        empty = _empty_records(spark)
+        return DiscardRead(empty, spark.createDataFrame([], BAD_RECORD), [])
+    read = read_discard_segments(spark, path, fmt, broker)
+    return DiscardRead(read.messages, read.bad_records, [EXPORT_NOTE])
+
+
+def _other_queue(records: DataFrame) -> DataFrame:
+    """Bad records: a record of another queue than 0 (the broker creates one queue), whose
+    offset would collide with queue 0's in the table's key."""
+    reason = F.format_string(
+        "%s has one queue (0): a record of queue %d is not used",
+        F.lit(DISCARD_TOPIC),
+        F.col("queue_id"),
+    )
+    return records.filter(F.col("queue_id") != 0).select(
+        "broker",
+        "source",
+        "position",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        reason.alias("reason"),
+        F.lit(None).cast("string").alias("raw_hex"),
+    )
+
+
+def _usable(read: DiscardRead, as_of_ms: int) -> tuple[DataFrame, DataFrame]:
+    """(discard records used, every bad discard record): duplicates and unparsable
+    properties of records stored before T are bad records like the half records', and so
+    is a record of another queue than 0."""
+    marked = mark_duplicates(read.records.filter(F.col("queue_id") == 0))
+    usable = marked.filter(F.col("duplicate_of").isNull()).drop("duplicate_of")
+    fields = with_half_fields(usable.filter(stored_before(as_of_ms)))
+    bad = (
+        read.bad_records.select(*BAD_RECORD.fieldNames())
+        .unionByName(_other_queue(read.records))
+        .unionByName(duplicate_records(marked))
+        .unionByName(unparsable_properties(fields))
+    )
+    return usable, bad
+
+
+def named_real_queues(usable: DataFrame, as_of_ms: int) -> list[tuple[str, str, int]]:
+    """(broker, topic, queue id) the discard records before T name: one row per queue."""
+    named = (
+        with_half_fields(usable.filter(stored_before(as_of_ms)))
+        .select("broker", "real_topic", "real_queue_id")
+        .where(F.col("real_topic").isNotNull() & F.col("real_queue_id").isNotNull())
+        .distinct()
+        .collect()
+    )
+    return sorted((row[0], row[1], row[2]) for row in named)
+
+
+def readable_queues(
+    stores: Sequence[str], named: Sequence[tuple[str, str, int]]
+) -> list[tuple[str, str, int]]:
+    """The named queues whose consume queue exists in their store (read-only checks of file
+    names): the ones a committed message can be looked for in."""
+    roots = {spec.broker: spec.root for spec in map(parse_store_arg, stores)}
+    found = []
+    for broker, topic, queue_id in named:
+        root = roots.get(broker)
+        if root is None or not _TOPIC_NAME.match(topic) or queue_id < 0:
+            continue
+        folder = Path(root) / "consumequeue" / topic / str(queue_id)
+        if folder.is_dir() and any(folder.iterdir()):
+            found.append((broker, topic, queue_id))
+    return found
+
+
+def read_real_queues(
+    spark: SparkSession,
+    stores: Sequence[str],
+    queues: Sequence[tuple[str, str, int]],
+    config: JobConfig,
+) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
+    """(records, bad records, release) of exactly ``queues``, through their consume queues."""
+    if not queues:
+        return _empty_records(spark), spark.createDataFrame([], BAD_RECORD), lambda: None
+    brokers = {broker for broker, _, _ in queues}
+    specs = [spec for spec in map(parse_store_arg, stores) if spec.broker in brokers]
+    topics = sorted({topic for _, topic, _ in queues})
+    read = read_stores(
+        spark, specs, verify_crc=config.verify_crc, topics=topics, only_queues=frozenset(queues)
+    )
+    return read.messages, read.bad_records, read.unpersist
+
+
+def _read_discards(spark: SparkSession, request: JobRequest, config: JobConfig) -> DiscardRead:
+    if request.stores:
+        return read_store_discards(spark, request.stores, config)
+    assert request.fmt is not None and request.broker is not None  # validated
+    return read_export_discards(spark, request.discards, request.fmt, request.broker)
+
+
+def _unread_queue_notes(
+    named: Sequence[tuple[str, str, int]], readable: Sequence[tuple[str, str, int]]
+) -> list[str]:
+    missing = sorted(set(named) - set(readable))
+    return [
+        f"{broker}: real queue {topic}/{queue_id} cannot be read (no consume queue): its"
+        " ended transactions show as ended"
+        for broker, topic, queue_id in missing
+    ]
+
+
+def build_discard_history(
+    spark: SparkSession,
+    request: JobRequest,
+    config: JobConfig,
+    messages: DataFrame,
+    pending: DataFrame,
+    params: RoundParams,
+) -> DiscardHistory:
+    """Read the discard records and the evidence beside the round's own records
+    (``messages``: half and op records; ``pending``: the round's pending rows), and
+    decide every discard record's row. The rows and bad records are cached: the writer
+    and the summary both read them."""
+    read = _read_discards(spark, request, config)
+    usable, bad = _usable(read, params.as_of_ms)
+    usable = usable.persist(StorageLevel.MEMORY_AND_DISK)
+    named = named_real_queues(usable, params.as_of_ms) if request.stores else []
+    queues = readable_queues(request.stores, named)
+    commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
+    readable = spark.createDataFrame(queues, QUEUE_SCHEMA)
+    if usable.filter(stored_before(params.as_of_ms)).isEmpty():
+        # Nothing discarded (the usual case): the evidence joins would read the round's
+        # records for nothing.
+        history = spark.createDataFrame([], DISCARD_HISTORY)
+    else:
+        evidence = evidence_from(messages, usable, pending, commits, readable)
+        history = discard_history(evidence, params)
+    history = history.persist(StorageLevel.MEMORY_AND_DISK)
+    bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
+    bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
+    counts = {
+        row["broker"]: row["discard_history_rows"]
+        for row in discard_history_counts(history).collect()
+    }
+
+    def release() -> None:
+        for frame in (history, bad, usable):
+            frame.unpersist()
+        release_real()
+        read.release()
+
+    notes = [*read.notes, *_unread_queue_notes(named, queues)]
+    return DiscardHistory(history, bad, counts, bad.count(), notes, release)
+
+
+def summary_lines(history: DiscardHistory, output_root: str) -> list[str]:
+    """The printed lines: the rows by outcome (unresolved ones split into resumable and
+    futile), the reader's notes, and where the table is."""
+    rows = (
+        history.history.groupBy("outcome", "resume_futile")
+        .agg(F.count(F.lit(1)).alias("n"))
+        .collect()
+    )  # one row per outcome
+    by_outcome: dict[str, int] = {}
+    for row in rows:
+        by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + row["n"]
+    futile = sum(row["n"] for row in rows if row["outcome"] == UNRESOLVED and row["resume_futile"])
+    total = sum(by_outcome.values())
+    parts = "  ".join(f"{name}={by_outcome.get(name, 0)}" for name in OUTCOMES)
+    table = Path(output_root).resolve() / "discard_history"
+    lines = [
+        f"discard history: {total} discard record(s) before T  {parts}"
+        f"  (resumable {by_outcome.get(UNRESOLVED, 0) - futile}, resume futile {futile}): rows in {table}"
+    ]
+    return lines + [f"  note: {note}" for note in history.notes]
+
+
+def discard_inputs(request: JobRequest) -> list[str]:
+    """The ``--discards`` export as run_summary's ``inputs`` names it (stores: nothing more,
+    the store is named already)."""
+    if request.discards is None:
+        return []
+    return [f"discards:{request.fmt}:{request.broker}:{Path(request.discards).resolve()}"]

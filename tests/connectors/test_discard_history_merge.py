@@ -1,0 +1,79 @@
+"""The merged discard_history table through the delta-rs writer: not partitioned, merged on
+(broker, discard_offset), first_seen_run_id kept, an older T never overwrites a newer row,
+a rerun changes nothing. ``check_merge`` is shared with the delta-spark case
+(tests/delta/test_discard_history_delta.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from connectors.delta import DeltaRsOutput, OutputWriter
+from schemas.outputs import DISCARD_HISTORY, DISCARD_HISTORY_TABLE
+from tests.robustness.store import rows_of
+
+
+def _rows(
+    spark: SparkSession, run_id: str, as_of: int, rows: list[tuple[str, int, str]]
+):  # -> DataFrame
+    """discard_history rows of one run: (broker, discard_offset, outcome), first seen now."""
+    values = []
+    for broker, offset, outcome in rows:
+        row = dict.fromkeys(DISCARD_HISTORY.fieldNames())
+        row.update(
+            broker=broker,
+            discard_offset=offset,
+            outcome=outcome,
+            reason="check_max",
+            first_seen_run_id=run_id,
+            run_id=run_id,
+            as_of_ms=as_of,
+        )
+        values.append(tuple(row.values()))
+    return spark.createDataFrame(values, DISCARD_HISTORY)
+
+
+def _table(root: Path) -> dict[tuple[str, int], tuple[str, str, str]]:
+    return {
+        (r["broker"], r["discard_offset"]): (r["outcome"], r["first_seen_run_id"], r["run_id"])
+        for r in rows_of(root, DISCARD_HISTORY_TABLE)
+    }
+
+
+def check_merge(spark: SparkSession, writer: OutputWriter, root: Path) -> None:
+    writer.ensure_table(DISCARD_HISTORY_TABLE, DISCARD_HISTORY)
+    assert DeltaTable(str(root / DISCARD_HISTORY_TABLE)).metadata().partition_columns == []
+
+    def merge(run_id: str, as_of: int, rows: list[tuple[str, int, str]]) -> int:
+        frame = _rows(spark, run_id, as_of, rows)
+        return writer.merge_rows(DISCARD_HISTORY_TABLE, frame, DISCARD_HISTORY)
+
+    first = [("a", 0, "unresolved"), ("a", 1, "unresolved"), ("b", 0, "unresolved")]
+    assert merge("r1", 100, first) == 3
+    second = [("a", 0, "committed"), ("a", 2, "unresolved")]  # broker a only, later T
+    assert merge("r2", 200, second) == 2
+    expected = {
+        ("a", 0): ("committed", "r1", "r2"),  # updated, first sighting kept
+        ("a", 1): ("unresolved", "r1", "r1"),  # not in r2 (e.g. retention removed it): stays
+        ("b", 0): ("unresolved", "r1", "r1"),
+        ("a", 2): ("unresolved", "r2", "r2"),
+    }
+    assert _table(root) == expected
+    # A backfill of an older T inserts what is new but does not overwrite a newer row.
+    assert merge("r0", 50, [("a", 0, "unknown"), ("a", 3, "unresolved")]) == 2
+    expected[("a", 3)] = ("unresolved", "r0", "r0")
+    assert _table(root) == expected
+    # A rerun of r2: the same rows.
+    assert merge("r2", 200, second) == 2
+    assert _table(root) == expected
+
+
+def test_delta_rs_merges_discard_history(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    check_merge(spark, DeltaRsOutput(spark, root), root)
+    leftovers = [
+        p.name for p in (root / DISCARD_HISTORY_TABLE).iterdir() if p.name.startswith("_merge")
+    ]
+    assert leftovers == []  # the scratch folder is gone

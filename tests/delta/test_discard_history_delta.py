@@ -1,0 +1,19 @@
+"""The merged discard_history table through the delta-spark writer: the same merge as
+delta-rs (tests/connectors/test_discard_history_merge.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.delta import DeltaSparkOutput
+from tests.connectors.test_discard_history_merge import check_merge
+
+pytestmark = pytest.mark.delta
+
+
+def test_delta_spark_merges_discard_history(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    check_merge(spark, DeltaSparkOutput(spark, str(root)), root)

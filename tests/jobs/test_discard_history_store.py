@@ -1,0 +1,194 @@
+"""discard_history end to end on a hand-built store (simulator.discard_cases): the command
+line reads TRANS_CHECK_MAX_TIME_TOPIC and the real queues its records name, and merges the
+table on (broker, discard_offset): a rerun is idempotent, a later run updates outcomes and
+keeps first_seen_run_id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+from jobs.cli import main
+from schemas.messages import DISCARD_TOPIC
+from simulator.discard_cases import commit_of, delete_queue, discard_of, op_naming, resumed_copy
+from simulator.writer import StoreWriter
+from tests.connectors.reference import messages_table
+from tests.jobs.segments import AS_OF as SEGMENTS_AS_OF
+from tests.jobs.segments import HALF_ROWS, segment_argv, write_parquet_segments
+from tests.robustness.store import T, half, rows_of
+
+S = 1_000
+HOUR = 3_600_000
+BROKER_HOST = "10.0.0.7:10911"
+
+
+def _append(writer: StoreWriter, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assigned = writer.append(messages_table(rows)).to_pylist()
+    return [{**row, **got} for row, got in zip(rows, assigned, strict=True)]
+
+
+def _at(row: dict[str, Any], store_ms: int) -> dict[str, Any]:
+    return {**row, "store_timestamp_ms": store_ms}
+
+
+def build_store(root: Path) -> dict[str, dict[str, Any]]:
+    """Half records of eight transactions, their discards, ends and one resume; returns the
+    discard rows by case name (with their assigned offsets)."""
+    with StoreWriter(root, commitlog_file_size=1 << 20, cq_file_entries=64) as writer:
+        h = {
+            name: _at(
+                half(i, age_ms=age, **{"TRANSACTION_CHECK_TIMES": "15", **props}), T - 200 * S
+            )
+            for i, (name, age, props) in enumerate(
+                [
+                    ("open", 300 * S, {}),
+                    ("committed_early", 300 * S, {}),
+                    ("committed_late", 300 * S, {}),
+                    ("gone_queue", 300 * S, {"REAL_TOPIC": "TopicGone"}),
+                    ("rolled_back", 300 * S, {}),
+                    ("resumed", 300 * S, {}),
+                    ("expired", 73 * HOUR, {"TRANSACTION_CHECK_TIMES": "2"}),
+                ]
+            )
+        }
+        h = dict(zip(h, _append(writer, list(h.values())), strict=True))
+        gone = discard_of(half(99, age_ms=300 * S), T - 190 * S, counter=16)  # evidence gone
+        d = {"gone_evidence": gone}
+        d |= {
+            name: discard_of(row, T - 100 * S, 16) for name, row in h.items() if name != "expired"
+        }
+        d["expired"] = discard_of(h["expired"], T - 100 * S, 3)
+        # Ends: committed_early before its discard (#8311), the others after it.
+        ends = [
+            op_naming([h["committed_early"]], T - 150 * S, BROKER_HOST),
+            commit_of(h["committed_early"], T - 150 * S),
+            op_naming(
+                [h["committed_late"], h["gone_queue"], h["rolled_back"]], T - 50 * S, BROKER_HOST
+            ),
+            commit_of(h["committed_late"], T - 50 * S),
+            commit_of(h["gone_queue"], T - 50 * S),
+        ]
+        order = ["gone_evidence", *[n for n in d if n != "gone_evidence"]]
+        d = dict(zip(order, _append(writer, [d[n] for n in order]), strict=True))
+        _append(writer, ends[:2])
+        _append(writer, ends[2:])
+        resumed = _append(writer, [resumed_copy(d["resumed"], T - 40 * S)])[0]
+        d["resumed_again"] = _append(writer, [discard_of(resumed, T - 30 * S, 16)])[0]
+    delete_queue(root, "TopicGone", 1)
+    # The broker has moved past everything but the resumed copy.
+    write_consumer_offsets(
+        root / "config" / "consumerOffset.json",
+        {HALF_KEY: {0: resumed["queue_offset"]}, OP_KEY: {0: 2}},
+    )
+    return d
+
+
+def _outcomes(out: Path) -> dict[int, tuple]:
+    return {
+        row["discard_offset"]: (
+            row["reason"],
+            row["outcome"],
+            row["ended_before_discard"],
+            row["resume_futile"],
+            row["resume_topic"],
+        )
+        for row in rows_of(out, "discard_history")
+    }
+
+
+def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    store, out = tmp_path / "broker-a", tmp_path / "out"
+    d = build_store(store)
+    base = ["--store", f"a={store}", "--output", str(out)]
+    at = {name: row["queue_offset"] for name, row in d.items()}
+    # At T - 60 s the late commit, the later ops and the resume do not exist yet.
+    assert main([*base, "--as-of", str(T - 60 * S), "--run-id", "early"], spark=spark) == 0
+    early = {r["discard_offset"]: r for r in rows_of(out, "discard_history")}
+    assert early[at["committed_late"]]["outcome"] == "unresolved"
+    assert early[at["resumed"]]["outcome"] == "unresolved"
+    assert at["resumed_again"] not in early  # stored after T - 60 s
+
+    late_args = [*base, "--as-of", str(T), "--run-id", "late"]
+    assert main(late_args, spark=spark) == 0
+    got = _outcomes(out)
+    resumable = (False, DISCARD_TOPIC)
+    assert got == {
+        at["gone_evidence"]: ("check_max", "unknown", None, None, None),
+        at["open"]: ("check_max", "unresolved", False, *resumable),
+        at["committed_early"]: ("check_max", "committed", True, None, None),
+        at["committed_late"]: ("check_max", "committed", False, None, None),
+        at["gone_queue"]: ("check_max", "ended", False, None, None),
+        at["rolled_back"]: ("check_max", "rolled_back", False, None, None),
+        at["resumed"]: ("check_max", "pending_again", False, None, None),
+        at["expired"]: ("expired", "unresolved", False, True, None),
+        # The resumed copy pending now was stored before this discard: it is the copy
+        # discarded (the hand-built offsets did not move past it), not a resume.
+        at["resumed_again"]: ("check_max", "unresolved", False, *resumable),
+    }
+    late = {r["discard_offset"]: r for r in rows_of(out, "discard_history")}
+    assert len(late) == len(d)  # merged: one row per discard record, not per run
+    first_seen = {offset: row["first_seen_run_id"] for offset, row in late.items()}
+    assert first_seen == {offset: "early" if offset in early else "late" for offset in late}
+    assert {row["run_id"] for row in late.values()} == {"late"}
+    open_row = late[at["open"]]
+    assert open_row["resume_offset_msg_id"] == open_row["offset_msg_id"] is not None
+    summary = rows_of(out, "run_summary", "late")
+    assert {r["discard_history_rows"] for r in summary} == {len(d)}
+
+    # A rerun of the same run changes nothing.
+    assert main(late_args, spark=spark) == 0
+    assert {r["discard_offset"]: r for r in rows_of(out, "discard_history")} == late
+
+
+def test_exported_discards_end_as_ended_and_bad_ones_are_bad_records(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """--discards: an export has no real topic, so a transaction an op ended is `ended`;
+    an unparsable counter and a record of queue 1 are bad records of the discard topic."""
+    half, op, offsets = write_parquet_segments(tmp_path / "in")
+    discards = tmp_path / "in" / "discards.parquet"
+    copied = dict(HALF_ROWS[0][2])  # K0, ended by op 1 ("0,")
+    rows = [
+        (0, 0, {**copied, "TRANSACTION_CHECK_TIMES": "16"}),
+        (0, 1, {"UNIQ_KEY": "K9", "TRANSACTION_CHECK_TIMES": "x"}),  # no half: evidence gone
+        (1, 0, {"UNIQ_KEY": "K8", "TRANSACTION_CHECK_TIMES": "16"}),  # queue 1: not used
+    ]
+    pq.write_table(
+        pa.table(
+            {
+                "queue_id": pa.array([r[0] for r in rows], pa.int32()),
+                "queue_offset": [r[1] for r in rows],
+                "commitlog_offset": [50_000 + i for i in range(len(rows))],
+                "born_timestamp_ms": [SEGMENTS_AS_OF - 90_000] * len(rows),
+                "store_timestamp_ms": [SEGMENTS_AS_OF - 30_000] * len(rows),
+                "store_host": ["10.0.0.2:10911"] * len(rows),
+                "properties": pa.array(
+                    [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
+                ),
+            }
+        ),
+        discards,
+    )
+    out = tmp_path / "out"
+    argv = [*segment_argv(half, op, out, offsets), "--discards", str(discards)]
+    assert main([*argv, "--as-of", str(SEGMENTS_AS_OF), "--run-id", "x"], spark=spark) == 0
+
+    got = {
+        (r["discard_offset"], r["reason"], r["outcome"]) for r in rows_of(out, "discard_history")
+    }
+    assert got == {(0, "check_max", "ended"), (1, "undetermined", "unknown")}
+    bad = [r for r in rows_of(out, "bad_records", "x") if r["topic"] == DISCARD_TOPIC]
+    reasons = sorted(r["reason"] for r in bad)
+    assert len(reasons) == 2
+    assert reasons[0].startswith("TRANS_CHECK_MAX_TIME_TOPIC has one queue (0)")
+    assert reasons[1].startswith("unparsable TRANSACTION_CHECK_TIMES 'x'")
+    (summary,) = rows_of(out, "run_summary", "x")
+    assert summary["discard_history_rows"] == 2
+    assert any(i.startswith("discards:parquet:b:") for i in summary["inputs"])

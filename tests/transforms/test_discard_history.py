@@ -1,0 +1,201 @@
+"""discard_history (transforms/discard_history.py): reason and outcome of each discard
+record, on hand-built inline records (one Spark plan for every rule, plus the nearest
+non-cases)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from schemas.messages import DISCARD_TOPIC
+from schemas.outputs import DISCARD_HISTORY
+from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half, op, params
+from transforms.discard_history import discard_history, evidence_from
+
+HOUR = 3_600_000
+S = 1_000
+# Every discard of broker b was stored 10 s before T; ops of b reach back 30 s (coverage).
+DISCARDED = 10 * S
+
+
+def discard(
+    offset: int, key: str | None, counter: int | None, born_age: int, **kw: Any
+) -> dict[str, Any]:
+    """A record of TRANS_CHECK_MAX_TIME_TOPIC queue 0 (a copy of a half record)."""
+    row = half(
+        offset,
+        born_age,
+        key=key,
+        counter=counter,
+        stored_age_ms=kw.pop("stored_age_ms", DISCARDED),
+        commitlog=9_000_000 + 1_000 * offset,
+        **kw,
+    )
+    return {**row, "topic": DISCARD_TOPIC}
+
+
+def commit(of: dict[str, Any], stored_age_ms: int, *, sys_flag: int = 0x8) -> dict[str, Any]:
+    """The real message of a commit of half record ``of`` (ORDERS queue 0)."""
+    row = half(900 + of["queue_offset"], 1, stored_age_ms=stored_age_ms, broker=of["broker"])
+    return {
+        **row,
+        "topic": "ORDERS",
+        "queue_id": 0,
+        "sys_flag": sys_flag,
+        "commitlog_offset": 20_000_000 + of["queue_offset"],
+        "prepared_transaction_offset": of["commitlog_offset"],
+    }
+
+
+def msg_id(commitlog_offset: int) -> str:
+    """RocketMQ's offset message id of a record stored by ``STORE_HOST`` (spec section 2)."""
+    ip, port = STORE_HOST.split(":")
+    address = "".join(f"{int(part):02X}" for part in ip.split("."))
+    return f"{address}{int(port):08X}{commitlog_offset:016X}"
+
+
+def _h(offset: int, key: str, counter: int | None, stored_age: int, **kw: Any) -> dict[str, Any]:
+    return half(offset, 80 * HOUR, key=key, counter=counter, stored_age_ms=stored_age, **kw)
+
+
+def _scenario() -> dict[str, list[dict[str, Any]]]:
+    h3 = _h(3, "K3", 14, 40 * S)
+    h10 = _h(10, "K10", 15, 40 * S)
+    h11 = _h(11, "K11", 15, 40 * S)
+    halves = [
+        _h(0, "K0", 15, 40 * S),
+        _h(1, "K1", 2, 40 * S),
+        _h(2, "K2", 14, 40 * S),
+        h3,
+        _h(4, "K3", 13, 70 * S),  # older copy: not the latest earlier one
+        _h(5, "K4", 15, 40 * S, real_qid=7),
+        _h(6, "K4", 14, 5 * S, real_qid=7),  # stored after the discard: not "earlier"
+        _h(7, "K7", 0, 5 * S),  # resumed copy, pending now
+        _h(8, "K8", 15, 40 * S),
+        h10,
+        h11,
+    ]
+    discards = [
+        discard(0, "K0", 16, 100 * S),  # counter > max
+        discard(1, "K1", 3, 73 * HOUR),  # counter < max
+        discard(2, "K2", 15, HOUR),  # = max, within retention
+        discard(3, "K3", 15, 80 * HOUR),  # = max, old, latest earlier counter 14
+        discard(4, "K4", 15, 80 * HOUR, real_qid=7),  # = max, old, latest earlier 15
+        discard(5, "K5", 15, 80 * HOUR),  # = max, old, no half left
+        discard(6, None, 16, 100 * S),  # no key
+        discard(7, "K7", 16, 100 * S),  # resumed: pending again
+        discard(8, "K8", None, 100 * S),  # no counter
+        discard(10, "K10", 16, 100 * S),  # committed after the discard
+        discard(11, "K11", 16, 100 * S),  # a non-commit record names it
+        discard(0, "K9", 16, 100 * S, broker="c"),  # evidence gone on broker c
+    ]
+    ops = [
+        op(0, "2,", stored_age_ms=5 * S),  # ends K2 after the discard
+        op(1, "5,", stored_age_ms=30 * S),  # ends K4 before it (oldest op of b)
+        op(0, "77,", stored_age_ms=5 * S, broker="c"),  # c's ops start after its discard
+    ]
+    commits = [commit(h3, 20 * S), commit(h10, 5 * S), commit(h11, 5 * S, sys_flag=0)]
+    return {"records": halves + ops, "discards": discards, "commits": commits}
+
+
+def _history(spark: SparkSession) -> DataFrame:
+    case = _scenario()
+    # K7's resumed copy (stored after the discard) is pending; K8's pending record is the
+    # discarded copy itself (stored before the discard: a committed offset that stalled).
+    pending = spark.createDataFrame(
+        [(BROKER, "K7", T - 5 * S), (BROKER, "K8", T - 40 * S)],
+        "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
+    )
+    readable = spark.createDataFrame(
+        [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
+    )
+    evidence = evidence_from(
+        frame(spark, case["records"]),
+        frame(spark, case["discards"]),
+        pending,
+        frame(spark, case["commits"]),
+        readable,
+    )
+    return discard_history(evidence, params())
+
+
+RULES = (
+    "broker STRING, discard_offset LONG, uniq_key STRING, reason STRING, outcome STRING,"
+    " ended_before_discard BOOLEAN, resume_futile BOOLEAN, resume_topic STRING,"
+    " resume_offset_msg_id STRING"
+)
+
+
+def _resume(offset: int) -> tuple[bool, str, str]:
+    return False, DISCARD_TOPIC, msg_id(9_000_000 + 1_000 * offset)
+
+
+FUTILE = (True, None, None)
+
+
+def test_reason_and_outcome_of_each_hand_built_discard(spark: SparkSession) -> None:
+    out = _history(spark)
+    expected = [
+        ("b", 0, "K0", "check_max", "unresolved", False, *_resume(0)),
+        ("b", 1, "K1", "expired", "unresolved", False, *FUTILE),
+        ("b", 2, "K2", "check_max", "rolled_back", False, None, None, None),
+        ("b", 3, "K3", "expired", "committed", True, None, None, None),
+        ("b", 4, "K4", "check_max", "ended", True, None, None, None),
+        ("b", 5, "K5", "undetermined", "unresolved", False, *FUTILE),
+        ("b", 6, None, "check_max", "unknown", None, None, None, None),
+        ("b", 7, "K7", "check_max", "pending_again", False, None, None, None),
+        ("b", 8, "K8", "undetermined", "unresolved", False, *FUTILE),
+        ("b", 10, "K10", "check_max", "committed", False, None, None, None),
+        ("b", 11, "K11", "check_max", "unresolved", False, *_resume(11)),
+        ("c", 0, "K9", "check_max", "unknown", None, None, None, None),
+    ]
+    assert_df_equality(
+        out.select(*spark.createDataFrame([], RULES).columns),
+        spark.createDataFrame(expected, RULES),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
+def test_rows_have_the_table_schema_and_this_run(spark: SparkSession) -> None:
+    out = _history(spark)
+    assert [(f.name, f.dataType) for f in out.schema] == [
+        (f.name, f.dataType) for f in DISCARD_HISTORY
+    ]
+    row = out.filter("discard_offset = 3 AND broker = 'b'").first()
+    assert row is not None
+    assert (row["first_seen_run_id"], row["run_id"], row["as_of_ms"]) == (RUN_ID, RUN_ID, T)
+    assert (row["discarded_at_ms"], row["born_timestamp_ms"]) == (T - DISCARDED, T - 80 * HOUR)
+    assert (row["check_times"], row["real_topic"], row["producer_group"]) == (
+        15,
+        "ORDERS",
+        "PG_ORDERS",
+    )
+
+
+def test_a_discard_stored_at_or_after_t_does_not_exist_yet(spark: SparkSession) -> None:
+    late = discard(0, "K0", 16, 100 * S, stored_age_ms=0)
+    empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
+    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    evidence = evidence_from(
+        frame(spark, []), frame(spark, [late]), empty, frame(spark, []), queues
+    )
+    assert discard_history(evidence, params()).count() == 0
+
+
+def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
+    """check_max is the run's setting: with 16, a counter of 16 whose age at the discard was
+    beyond the retention is decided by the earlier half record (15 = max - 1: expired)."""
+    records = [_h(0, "K0", 15, 40 * S)]
+    d = discard(0, "K0", 16, 80 * HOUR)
+    pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
+    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    evidence = evidence_from(
+        frame(spark, records), frame(spark, [d]), pending, frame(spark, []), queues
+    )
+    by_16 = discard_history(evidence, params(check_max=16)).first()
+    by_15 = discard_history(evidence, params()).first()
+    assert by_16 is not None and by_15 is not None
+    assert (by_16["reason"], by_15["reason"]) == ("expired", "check_max")

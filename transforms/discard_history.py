@@ -1,0 +1,334 @@
+"""Discard history (spec section 6, ``discard_history``): every message the broker has
+discarded to ``TRANS_CHECK_MAX_TIME_TOPIC``, why, and what became of it since.
+
+A discard record is a copy of the half record the broker gave up on (all properties copied,
+``TRANSACTION_CHECK_TIMES`` included; its store time is the moment of the discard). This
+module decides, per discard record, the ``reason`` (counter or age) and the ``outcome`` as
+the store shows it now, from evidence the job reads beside it (``DiscardEvidence``): the
+transaction's half records, the op records, this round's pending rows and the committed
+messages of the real queues the discard records name. Joins and aggregates only: a
+transaction has a handful of half records (its original and its put-back copies), so
+joining discard records to them is small even when the half queue is not.
+
+Pure ``DataFrame -> DataFrame``; reading the evidence is the job's (``jobs.discards``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from schemas.messages import DISCARD_TOPIC
+from schemas.outputs import DISCARD_HISTORY
+from transforms.messages import is_half, is_op, offset_msg_id, stored_before, with_half_fields
+from transforms.ops import OP_ITEM_SEPARATOR, is_remove_op
+from transforms.params import RoundParams
+from transforms.parsing import parse_java_long
+
+# reason
+CHECK_MAX = "check_max"
+EXPIRED = "expired"
+UNDETERMINED = "undetermined"
+# outcome, in the order the rules are tried
+UNKNOWN = "unknown"
+PENDING_AGAIN = "pending_again"
+COMMITTED = "committed"
+ROLLED_BACK = "rolled_back"
+ENDED = "ended"
+UNRESOLVED = "unresolved"
+OUTCOMES = (UNKNOWN, PENDING_AGAIN, COMMITTED, ROLLED_BACK, ENDED, UNRESOLVED)
+REASONS = (CHECK_MAX, EXPIRED, UNDETERMINED)
+
+# Transaction bits of a commit-log record's sysflag (MessageSysFlag): a committed real
+# message is stored with TRANSACTION_COMMIT_TYPE.
+_TRANSACTION_MASK = 0xC
+_COMMIT_TYPE = 0x8
+
+DISCARD_KEY = ["broker", "discard_offset"]
+
+
+@dataclass(frozen=True)
+class DiscardEvidence:
+    """What the outcome of a discard is decided from; every frame any store time (the
+    transform cuts at T) unless said otherwise.
+
+    Attributes:
+        discards: records of ``TRANS_CHECK_MAX_TIME_TOPIC`` (message columns with the
+            ``properties`` map or the property columns), duplicates already removed.
+        half: readable half records (lean or full message columns).
+        op_items: ``broker, queue_id, half_offset, op_store_ms``: what each ``d`` op record
+            names, with the op record's store time.
+        op_store_times: ``broker, store_timestamp_ms`` of every readable op record.
+        pending: this round's pending rows (at least ``broker``, ``uniq_key``,
+            ``store_timestamp_ms``).
+        commits: records of the real queues the discard records name (``broker, topic,
+            queue_id, sys_flag, prepared_transaction_offset, store_timestamp_ms``).
+        readable_queues: ``broker, topic, queue_id`` of the real queues that could be read.
+    """
+
+    discards: DataFrame
+    half: DataFrame
+    op_items: DataFrame
+    op_store_times: DataFrame
+    pending: DataFrame
+    commits: DataFrame
+    readable_queues: DataFrame
+
+
+def op_items_with_times(ops: DataFrame) -> DataFrame:
+    """``broker, queue_id, half_offset, op_store_ms``: each half offset a ``d`` op record
+    names (spec section 3), with the op record's store time. Unparsable items name nothing
+    (the round reports them as bad records)."""
+    items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
+    return (
+        ops.filter(is_remove_op() & F.col("body").isNotNull())
+        .select(
+            "broker",
+            "queue_id",
+            F.col("store_timestamp_ms").alias("op_store_ms"),
+            F.explode(items).alias("item"),
+        )
+        .select(
+            "broker", "queue_id", parse_java_long(F.col("item")).alias("half_offset"), "op_store_ms"
+        )
+        .filter(F.col("half_offset").isNotNull())
+    )
+
+
+def evidence_from(
+    messages: DataFrame,
+    discards: DataFrame,
+    pending: DataFrame,
+    commits: DataFrame,
+    readable_queues: DataFrame,
+) -> DiscardEvidence:
+    """The evidence from the round's own records (``messages``: half and op records, lean or
+    full) and what the job read beside them."""
+    ops = messages.filter(is_op())
+    return DiscardEvidence(
+        discards=discards,
+        half=messages.filter(is_half()),
+        op_items=op_items_with_times(ops),
+        op_store_times=ops.select("broker", "store_timestamp_ms"),
+        pending=pending,
+        commits=commits,
+        readable_queues=readable_queues,
+    )
+
+
+def discard_rows(discards: DataFrame, as_of_ms: int) -> DataFrame:
+    """One row per discard record stored before T, with its transaction's fields."""
+    fields = with_half_fields(discards.filter(stored_before(as_of_ms)))
+    return fields.select(
+        "broker",
+        F.col("queue_offset").alias("discard_offset"),
+        offset_msg_id(F.col("store_host"), F.col("commitlog_offset")).alias("offset_msg_id"),
+        "uniq_key",
+        "producer_group",
+        "real_topic",
+        "real_queue_id",
+        "check_times",
+        "born_timestamp_ms",
+        F.col("store_timestamp_ms").alias("discarded_at_ms"),
+    )
+
+
+def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataFrame:
+    """Each discard row joined to the half records of its transaction (same broker and
+    ``uniq_key``) stored before T: ``DISCARD_KEY`` plus the half record's place, counter,
+    store time and commit-log offset. A row without ``uniq_key`` has none."""
+    halves = with_half_fields(half.filter(stored_before(as_of_ms))).select(
+        "broker",
+        "uniq_key",
+        F.col("queue_id").alias("half_queue_id"),
+        F.col("queue_offset").alias("half_offset"),
+        F.col("commitlog_offset").alias("half_commitlog_offset"),
+        F.col("check_times").alias("half_check_times"),
+        F.col("store_timestamp_ms").alias("half_stored_ms"),
+    )
+    keys = rows.select(*DISCARD_KEY, "uniq_key", "real_topic", "real_queue_id", "discarded_at_ms")
+    return keys.filter(F.col("uniq_key").isNotNull()).join(
+        halves, on=["broker", "uniq_key"], how="inner"
+    )
+
+
+def half_facts(linked: DataFrame) -> DataFrame:
+    """Per discard row: whether any half record of its transaction remains, and the counter
+    of the latest one stored before the discard (a null counter is 0: the broker's first
+    increment makes it 1)."""
+    earlier = F.col("half_stored_ms") < F.col("discarded_at_ms")
+    order = F.struct(F.col("half_stored_ms"), F.col("half_offset"))
+    counter = F.coalesce(F.col("half_check_times"), F.lit(0))
+    return linked.groupBy(*DISCARD_KEY).agg(
+        F.lit(True).alias("has_half"),
+        F.max_by(F.when(earlier, counter), F.when(earlier, order)).alias("earlier_counter"),
+    )
+
+
+def commit_times(linked: DataFrame, commits: DataFrame, as_of_ms: int) -> DataFrame:
+    """Per discard row: the earliest store time of a committed message in its real queue
+    whose prepared-transaction offset is the commit-log offset of one of its half records."""
+    is_commit = (F.col("sys_flag").bitwiseAND(_TRANSACTION_MASK)) == _COMMIT_TYPE
+    committed = commits.filter(stored_before(as_of_ms) & is_commit).select(
+        "broker",
+        F.col("topic").alias("real_topic"),
+        F.col("queue_id").alias("real_queue_id"),
+        F.col("prepared_transaction_offset").alias("half_commitlog_offset"),
+        F.col("store_timestamp_ms").alias("commit_ms"),
+    )
+    on = ["broker", "real_topic", "real_queue_id", "half_commitlog_offset"]
+    return (
+        linked.join(committed, on=on, how="inner")
+        .groupBy(*DISCARD_KEY)
+        .agg(F.min("commit_ms").alias("commit_ms"))
+    )
+
+
+def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> DataFrame:
+    """Per discard row: the earliest store time of an op record stored before T naming one
+    of its half records."""
+    named = op_items.filter(F.col("op_store_ms") < F.lit(as_of_ms)).select(
+        "broker",
+        F.col("queue_id").alias("half_queue_id"),
+        "half_offset",
+        F.col("op_store_ms"),
+    )
+    return (
+        linked.join(named, on=["broker", "half_queue_id", "half_offset"], how="inner")
+        .groupBy(*DISCARD_KEY)
+        .agg(F.min("op_store_ms").alias("op_ms"))
+    )
+
+
+def resumed_pending(rows: DataFrame, pending: DataFrame) -> DataFrame:
+    """``DISCARD_KEY`` of the discard rows whose transaction has a pending row of this round
+    stored after the discard: a copy put back by a resume. (A pending record stored before
+    the discard is the discarded copy itself, below a committed offset that did not move.)"""
+    later = pending.filter(F.col("uniq_key").isNotNull()).select(
+        "broker", "uniq_key", F.col("store_timestamp_ms").alias("pending_stored_ms")
+    )
+    return (
+        rows.select(*DISCARD_KEY, "uniq_key", "discarded_at_ms")
+        .join(later, on=["broker", "uniq_key"], how="inner")
+        .filter(F.col("pending_stored_ms") > F.col("discarded_at_ms"))
+        .select(*DISCARD_KEY)
+        .distinct()
+        .withColumn("is_pending", F.lit(True))
+    )
+
+
+def with_flags(rows: DataFrame, evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
+    """The discard rows with every fact the rules read (left joins: one row per record)."""
+    linked = transaction_halves(rows, evidence.half, as_of_ms)
+    readable = evidence.readable_queues.select(
+        "broker",
+        F.col("topic").alias("real_topic"),
+        F.col("queue_id").alias("real_queue_id"),
+        F.lit(True).alias("queue_readable"),
+    ).distinct()
+    oldest_op = (
+        evidence.op_store_times.filter(stored_before(as_of_ms))
+        .groupBy("broker")
+        .agg(F.min("store_timestamp_ms").alias("oldest_op_ms"))
+    )
+    return (
+        rows.join(half_facts(linked), on=DISCARD_KEY, how="left")
+        .join(commit_times(linked, evidence.commits, as_of_ms), on=DISCARD_KEY, how="left")
+        .join(op_times(linked, evidence.op_items, as_of_ms), on=DISCARD_KEY, how="left")
+        .join(resumed_pending(rows, evidence.pending), on=DISCARD_KEY, how="left")
+        .join(readable, on=["broker", "real_topic", "real_queue_id"], how="left")
+        .join(oldest_op, on="broker", how="left")
+    )
+
+
+def discard_reason(params: RoundParams) -> Column:
+    """``reason``: the broker tests the counter first, then the age, and an age discard
+    carries its counter already incremented; so a counter equal to ``check_max`` is
+    ambiguous only when the record was also older than the retention at the discard, and
+    then the counter of the latest earlier half record decides."""
+    counter = F.col("check_times")
+    limit = F.lit(params.check_max)
+    within_retention = (F.col("discarded_at_ms") - F.col("born_timestamp_ms")) <= params.reserved_ms
+    return (
+        F.when(counter.isNull(), UNDETERMINED)
+        .when(counter > limit, CHECK_MAX)
+        .when(counter < limit, EXPIRED)
+        .when(within_retention, CHECK_MAX)
+        .when(F.col("earlier_counter") == limit - 1, EXPIRED)
+        .when(F.col("earlier_counter") == limit, CHECK_MAX)
+        .otherwise(UNDETERMINED)
+    )
+
+
+def discard_outcome() -> Column:
+    """``outcome``: the first rule that applies (spec section 6)."""
+    no_key = F.col("uniq_key").isNull()
+    has_half = F.coalesce(F.col("has_half"), F.lit(False))
+    # The op queue still reaches back to the discard: an end written since would be seen.
+    ops_cover_discard = F.coalesce(F.col("oldest_op_ms") <= F.col("discarded_at_ms"), F.lit(False))
+    evidence_gone = ~has_half & ~ops_cover_discard
+    return (
+        F.when(no_key | evidence_gone, UNKNOWN)
+        .when(F.coalesce(F.col("is_pending"), F.lit(False)), PENDING_AGAIN)
+        .when(F.col("commit_ms").isNotNull(), COMMITTED)
+        .when(F.col("op_ms").isNotNull() & F.col("queue_readable").isNotNull(), ROLLED_BACK)
+        .when(F.col("op_ms").isNotNull(), ENDED)
+        .otherwise(UNRESOLVED)
+    )
+
+
+def ended_before_discard() -> Column:
+    """True when the end (op or committed message) was stored before the discard: the broker
+    discarded a resolved transaction (RocketMQ #8311). Null when the outcome is unknown."""
+    ended = F.col("outcome").isin(COMMITTED, ROLLED_BACK, ENDED)
+    first_end = F.least(F.col("commit_ms"), F.col("op_ms"))
+    return (
+        F.when(F.col("outcome") == UNKNOWN, F.lit(None).cast(T.BooleanType()))
+        .when(ended, first_end < F.col("discarded_at_ms"))
+        .otherwise(F.lit(False))
+    )
+
+
+def resume_futile(params: RoundParams) -> Column:
+    """For ``unresolved`` rows: a resumed copy keeps its born time, so the broker discards it
+    again by age when it is older than the retention: true for ``expired`` (and
+    ``undetermined``, which only arises beyond the retention) and for any record whose age
+    at T is beyond the retention. Null for other outcomes."""
+    too_old = (F.lit(params.as_of_ms) - F.col("born_timestamp_ms")) > params.reserved_ms
+    by_age = F.col("reason").isin(EXPIRED, UNDETERMINED) | too_old
+    return F.when(F.col("outcome") == UNRESOLVED, by_age)
+
+
+def discard_history(evidence: DiscardEvidence, params: RoundParams) -> DataFrame:
+    """One ``discard_history`` row per discard record stored before T (``DISCARD_HISTORY``
+    columns). ``first_seen_run_id`` is this run: the writer's merge keeps an existing row's."""
+    rows = discard_rows(evidence.discards, params.as_of_ms)
+    decided = (
+        with_flags(rows, evidence, params.as_of_ms)
+        .withColumn("reason", discard_reason(params))
+        .withColumn("outcome", discard_outcome())
+        .withColumn("ended_before_discard", ended_before_discard())
+        .withColumn("resume_futile", resume_futile(params))
+    )
+    resumable = F.col("resume_futile") == F.lit(False)
+    values = {
+        "resume_topic": F.when(resumable, F.lit(DISCARD_TOPIC)),
+        "resume_offset_msg_id": F.when(resumable, F.col("offset_msg_id")),
+        "first_seen_run_id": F.lit(params.run_id),
+        "run_id": F.lit(params.run_id),
+        "as_of_ms": F.lit(params.as_of_ms),
+    }
+    return decided.select(
+        *[
+            values.get(field.name, F.col(field.name)).cast(field.dataType).alias(field.name)
+            for field in DISCARD_HISTORY.fields
+        ]
+    )
+
+
+def discard_history_counts(history: DataFrame) -> DataFrame:
+    """``broker, discard_history_rows``: the rows this run wrote per broker (run_summary)."""
+    return history.groupBy("broker").agg(F.count(F.lit(1)).alias("discard_history_rows"))
