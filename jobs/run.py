@@ -83,6 +83,10 @@ def round_params(config: JobConfig, as_of_ms: int, run_id: str) -> RoundParams:
         include_body=config.include_body,
         broker_version=config.broker_version,
         check_interval_ms=config.check_interval_ms,
+        slow_producer_percent=config.slow_producer_percent,
+        slow_producer_min_transactions=config.slow_producer_min_transactions,
+        op_backlog_records=config.op_backlog_records,
+        stalled_offset_runs=config.stalled_offset_runs,
     )
 
 
