@@ -19,7 +19,11 @@ DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 _PACKAGED_CONF = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf", "default.toml")
 _INT32_MAX = 2**31 - 1
 BROKER_VERSIONS = ("5", "4.9")
-FAIL_ON = ("", "warning", "critical")  # --fail-on; empty: never  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.0.0
+FAIL_ON = (
+    "",
+    "warning",
+    "critical",
+)  # --fail-on; empty: never  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.0.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,6 @@ class JobConfig:
                 f"catalog schema must be NAME or CATALOG.NAME (letters, digits, _): {self.catalog_schema}"
             )
         return self
-
 
     def _validate_anomalies(self) -> None:
         if self.fail_on not in FAIL_ON:

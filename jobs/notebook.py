@@ -83,15 +83,17 @@ def reconcile_stores_to_delta(
     Returns:
         Table name -> rows written.
     """
+    from jobs.anomalies import with_stalled_offsets
     from jobs.history import with_pending_history  # deltalake: driver only
 
     config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
     inputs = read_store_inputs(spark, stores, config).persist()
     state = run_round(inputs, config, parse_as_of(str(as_of)), run_id)
     try:
+        outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
         return write_outputs(
             spark,
-            with_pending_history(spark, shape_outputs(state), output, state.params),
+            with_stalled_offsets(spark, outputs, output, state.params),
             state.params.run_id,
             output,
             config.include_body,

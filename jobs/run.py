@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.errors import InputError
+from jobs.anomalies import EXIT_ANOMALIES
 from jobs.config import JobConfig
 from jobs.extract import (
     Inputs,
@@ -244,13 +245,16 @@ def write_phase(
     started: float,
     progress: Progress,
     after_commit: AfterCommit | None = None,
-) -> None:
-    """Write the tables (offsets last) and the offset fragments; print the summary."""
+) -> int:
+    """Write the tables (offsets last) and the offset fragments; print the summary. Returns
+    how many anomalies are as severe as ``--fail-on`` or worse (0 without it)."""
     from connectors.delta import open_output
+    from jobs.anomalies import anomaly_counts, failing, with_stalled_offsets
     from jobs.history import with_pending_history  # deltalake: driver only
 
     params = state.params
     outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
+    outputs = with_stalled_offsets(spark, outputs, request.output, params)
     _phase(spark, "write")
     facts = run_facts(open_output(spark, request.output), identity)
     write_outputs(
@@ -272,7 +276,13 @@ def write_phase(
     summary_rows = [
         {**row.asDict(), **facts} for row in outputs.run_summary.collect()
     ]  # one row per queue
-    print(format_summary(summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows))
+    counts = anomaly_counts(outputs)
+    print(
+        format_summary(
+            summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows, counts
+        )
+    )
+    return failing(counts, config.fail_on)
 
 
 def run(
@@ -289,11 +299,22 @@ def run(
     spark = start_session(request, config, spark)
     inputs = read_phase(spark, request, config, progress)
     state, bad = round_phase(spark, inputs, request, config, progress)
-    write_phase(spark, state, inputs.identity, request, config, started, progress, after_commit)
+    severe = write_phase(
+        spark, state, inputs.identity, request, config, started, progress, after_commit
+    )
     if bad:
         print(bad_records_line(bad, request.output, state.params.run_id))
     state.unpersist()
     inputs.unpersist()
     spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears the label
     progress("done")
+    if severe:
+        # Everything is written: the exit code only tells a scheduler to alert.
+        print(
+            f"fail-on: {severe} anomalies of severity {config.fail_on} or worse (everything is"
+            f" written): rows in {request.output}/anomalies (run_id {state.params.run_id});"
+            f" exit {EXIT_ANOMALIES}",
+            file=sys.stderr,
+        )
+        return EXIT_ANOMALIES
     return EXIT_OK
