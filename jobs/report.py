@@ -28,6 +28,7 @@ import pandas as pd
 
 from jobs.attention import attention_lines, settings_line
 from jobs.charts import esc, human_ms, iso_ms, num, offsets_lanes
+from jobs.report_anomalies import anomaly_sections
 from jobs.report_figures import (
     TOP_GROUP_TOPICS,
     TOP_OLDEST,
@@ -59,8 +60,17 @@ PLOTS = (
     "discards-time",
     "discards-runs",
     "offsets-lag",
+    "anomalies-kind",
+    "pending-across-runs",
 )
-TABLES = ("run-summary", "oldest-pending", "offsets", "bad-records")
+TABLES = (
+    "run-summary",
+    "oldest-pending",
+    "offsets",
+    "bad-records",
+    "anomalies",
+    "longest-pending",
+)
 
 
 # --- page ------------------------------------------------------------------------------------
@@ -213,6 +223,7 @@ def render_html(run: RunTables) -> str:
         oldest_pending_table(run),
         "<h2>Run summary per broker and queue</h2>",
         summary_table(run),
+        *anomaly_sections(run),
         "<h2>Consume offsets</h2>",
         offsets_table(run),
         "<h2>Bad records</h2>",
