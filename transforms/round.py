@@ -2,7 +2,7 @@
 
 Two steps, so that a job can materialise what several output tables share:
 ``classify_round`` composes the stages of ``transforms.round_stages`` (resolution and
-classification, the heavy joins) into a ``RoundState``; ``shape_outputs`` derives the six
+classification, the heavy joins) into a ``RoundState``; ``shape_outputs`` derives the
 output tables from it. ``reconcile`` runs both.
 
 Nothing here runs a Spark job by itself. Where the round would profit from caching a
@@ -321,7 +321,7 @@ def _settings_columns(params: RoundParams) -> list[Column]:
 
 
 def shape_outputs(state: RoundState) -> RoundOutputs:
-    """The six output tables (spec section 6) from a classified round."""
+    """The output tables (spec section 6) from a classified round."""
     params = state.params
     run = _run_columns(params)
     pending = with_queue_round_facts(state.pending, state.queues)
@@ -409,7 +409,7 @@ def reconcile(
         materialize: see ``classify_round``.
 
     Returns:
-        The six output DataFrames; nothing is written.
+        The output DataFrames; nothing is written.
     """
     return shape_outputs(
         classify_round(
