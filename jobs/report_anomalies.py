@@ -21,7 +21,7 @@ TOP_LONGEST = 25
 
 
 def _text(value: object) -> str:
-    return "" if value is None or pd.isna(value) else esc(value)  # type: ignore[call-overload]
+    return "" if value is None or pd.isna(value) else esc(value)
 
 
 def _in_order(frame: pd.DataFrame, column: str, preferred: tuple[str, ...]) -> list[str]:
