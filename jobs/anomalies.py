@@ -12,8 +12,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -37,7 +35,13 @@ EARLIER_OFFSETS = T.StructType(
 )
 
 
-def _open_summary(root: str) -> DeltaTable | None:
+def _open_summary(root: str) -> Any:
+    """``run_summary`` of the output root (a ``DeltaTable``), or None when there is none.
+    deltalake is imported here: the Python workers import this module (through
+    ``jobs.run``) and do not need it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
     try:
         return DeltaTable(f"{absolute_root(root)}/{RUN_SUMMARY_TABLE}")
     except TableNotFoundError:
