@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -87,10 +87,20 @@ def with_stalled_offsets(
         [tuple(row[name] for name in EARLIER_OFFSETS.fieldNames()) for row in rows],
         EARLIER_OFFSETS,
     )
-    stalled = with_run_columns(stalled_offset(outputs.run_summary, earlier, params), params)
+    # run_summary and the findings are one row per queue at most: through the driver, so
+    # that the joins below do not carry the round's whole plan once more (a run over
+    # segments failed analysing it).
+    summary = _local(spark, outputs.run_summary)
+    stalled = _local(spark, with_run_columns(stalled_offset(summary, earlier, params), params))
     anomalies = outputs.anomalies.unionByName(stalled)
-    summary = with_anomaly_counts(outputs.run_summary, anomalies)
-    return replace(outputs, anomalies=anomalies, run_summary=summary)
+    return replace(
+        outputs, anomalies=anomalies, run_summary=with_anomaly_counts(summary, anomalies)
+    )
+
+
+def _local(spark: SparkSession, frame: DataFrame) -> DataFrame:
+    """A small frame computed once and brought back as local rows (its lineage cut)."""
+    return spark.createDataFrame(frame.collect(), frame.schema)
 
 
 @dataclass(frozen=True)
