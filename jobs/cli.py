@@ -41,6 +41,7 @@ CONFIG_FLAGS = (
     "master",
     "writer",
     "catalog_schema",
+    "fail_on",
 )
 
 
@@ -134,6 +135,12 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         dest="catalog_schema",
         metavar="NAME",
         help="also register the tables as NAME.<table> in the session's catalog",
+    )
+    parser.add_argument(
+        "--fail-on",
+        dest="fail_on",
+        choices=["warning", "critical"],
+        help="exit 3, after writing everything, when anomalies of this severity or worse exist",
     )
     parser.add_argument("--master", help="Spark master when not launched by spark-submit")
     parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
@@ -259,7 +266,8 @@ def main(
     spark: SparkSession | None = None,
     after_commit: AfterCommit | None = None,
 ) -> int:
-    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input).
+    """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input, 3
+    anomalies as severe as ``--fail-on``, everything written).
     ``after_commit`` (tests): called with each table's name once it is committed."""
     try:
         args = build_parser().parse_args(argv)

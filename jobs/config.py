@@ -18,7 +18,12 @@ DEFAULT_CONF = Path(__file__).resolve().parent.parent / "conf" / "default.toml"
 # it is a zip member, not a file, and must be read through the zip (unresolved path).
 _PACKAGED_CONF = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conf", "default.toml")
 _INT32_MAX = 2**31 - 1
-BROKER_VERSIONS = ("5", "4.9")  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.0.0
+BROKER_VERSIONS = ("5", "4.9")
+FAIL_ON = (
+    "",
+    "warning",
+    "critical",
+)  # --fail-on; empty: never  # 5: 5.1+ (batched op bodies); 4.9: 4.9.x and 5.0.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,12 @@ class JobConfig:
     driver_memory: str
     writer: str
     catalog_schema: str  # empty: tables are not registered in a catalog
+    fail_on: str  # empty, "warning" or "critical": exit 3 when anomalies that severe exist
+    # Thresholds of the anomaly rules ([anomalies], docs/anomalies.md).
+    slow_producer_percent: int
+    slow_producer_min_transactions: int
+    op_backlog_records: int
+    stalled_offset_runs: int
 
     def validated(self) -> JobConfig:
         if not 0 <= self.check_max <= _INT32_MAX:
@@ -58,6 +69,7 @@ class JobConfig:
                 raise InputError(f"{name} must not be negative: {getattr(self, name)}")
         if self.check_interval_ms <= 0:  # forecasts divide by it
             raise InputError(f"check_interval_ms must be positive: {self.check_interval_ms}")
+        self._validate_anomalies()
         if self.writer not in WRITERS:
             raise InputError(f"writer must be one of {', '.join(WRITERS)}: {self.writer}")
         if self.catalog_schema and not _SCHEMA_NAME.fullmatch(self.catalog_schema):
@@ -66,13 +78,26 @@ class JobConfig:
             )
         return self
 
+    def _validate_anomalies(self) -> None:
+        if self.fail_on not in FAIL_ON:
+            raise InputError(f"fail_on must be warning or critical (or empty): {self.fail_on!r}")
+        if not 0 <= self.slow_producer_percent <= 100:
+            raise InputError(
+                f"slow_producer_percent must be between 0 and 100: {self.slow_producer_percent}"
+            )
+        for name in ("slow_producer_min_transactions", "op_backlog_records"):
+            if getattr(self, name) < 0:
+                raise InputError(f"{name} must not be negative: {getattr(self, name)}")
+        if self.stalled_offset_runs < 2:  # one run cannot show an offset that does not move
+            raise InputError(f"stalled_offset_runs must be at least 2: {self.stalled_offset_runs}")
+
 
 _KNOWN = {field.name: field.type for field in fields(JobConfig)}
 
 
 def _flatten(document: dict[str, Any], source: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for section in ("broker", "job"):
+    for section in ("broker", "job", "anomalies"):
         for key, value in document.get(section, {}).items():
             if key not in _KNOWN:
                 raise InputError(f"{source}: unknown setting '{section}.{key}'")

@@ -84,6 +84,7 @@ def reconcile_stores_to_delta(
     Returns:
         Table name -> rows written.
     """
+    from jobs.anomalies import with_stalled_offsets
     from jobs.history import with_pending_history  # deltalake: driver only
 
     config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
@@ -93,11 +94,12 @@ def reconcile_stores_to_delta(
     discards = build_discard_history(
         spark, request, config, inputs.messages, state.pending, state.params
     )
-    outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
     try:
+        outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
+        outputs = discards.apply(outputs, state.params)
         return write_outputs(
             spark,
-            discards.apply(outputs, state.params),
+            with_stalled_offsets(spark, outputs, output, state.params),
             state.params.run_id,
             output,
             config.include_body,

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
+from jobs.anomalies import KindCount, anomaly_lines
 from jobs.attention import attention_lines, settings_line
 from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
 from schemas.messages import HALF_TOPIC
@@ -157,6 +158,7 @@ def format_summary(
     run_id: str,
     as_of_ms: int,
     offset_rows: Sequence[dict[str, Any]] = (),
+    anomaly_counts: Sequence[KindCount] | None = None,
 ) -> str:
     """The summary a run prints: T, settings, what needs attention first, each queue, and
     where the tables and offset fragments are."""
@@ -164,6 +166,8 @@ def format_summary(
     lines = [f"run {run_id}  as of {as_of_ms} ({when})", settings_line(summary_rows)]
     lines.append("needs attention first:")
     lines += [f"  {line}" for line in attention_lines(summary_rows, offset_rows, output_root)]
+    if anomaly_counts is not None:  # one line per anomaly kind found
+        lines += anomaly_lines(anomaly_counts)
     lines.append("per queue:")
     for row in sorted(
         summary_rows,
@@ -171,7 +175,7 @@ def format_summary(
     ):
         lines += _queue_lines(row)
     lines.append(
-        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records|discard_history>"
+        f"tables: {Path(output_root).resolve()}/<check_requests|discards|pending|consume_offsets|run_summary|bad_records|discard_history|anomalies>"
     )
     lines.append(
         f"offset fragments: {Path(output_root).resolve()}/offset_fragments/<broker>/consumerOffset.<safe|after|committed>.json"

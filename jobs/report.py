@@ -28,6 +28,7 @@ import pandas as pd
 
 from jobs.attention import attention_lines, settings_line
 from jobs.charts import esc, human_ms, iso_ms, num, offsets_lanes
+from jobs.report_anomalies import anomaly_sections
 from jobs.report_discards import discard_history_section
 from jobs.report_figures import (
     TOP_GROUP_TOPICS,
@@ -62,6 +63,8 @@ PLOTS = (
     "offsets-lag",
     "discard-history-time",
     "discard-history-reasons-time",
+    "anomalies-kind",
+    "pending-across-runs",
 )
 TABLES = (
     "run-summary",
@@ -70,6 +73,8 @@ TABLES = (
     "bad-records",
     "discard-history-reasons",
     "discard-history-unresolved",
+    "anomalies",
+    "longest-pending",
 )
 
 
@@ -223,6 +228,7 @@ def render_html(run: RunTables) -> str:
         oldest_pending_table(run),
         "<h2>Run summary per broker and queue</h2>",
         summary_table(run),
+        *anomaly_sections(run),
         "<h2>Consume offsets</h2>",
         offsets_table(run),
         discard_history_section(run.output),

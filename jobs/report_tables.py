@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 import pyarrow as pa
@@ -14,6 +14,7 @@ from deltalake.exceptions import TableNotFoundError
 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 
 from schemas.outputs import (
+    ANOMALIES_TABLE,
     BAD_RECORDS_TABLE,
     CHECK_REQUESTS_TABLE,
     CONSUME_OFFSETS_TABLE,
@@ -47,6 +48,7 @@ class RunTables:
     bad_records: pd.DataFrame
     runs: pd.DataFrame  # run_id, as_of_ms, written_at_ms of recent runs (discard history)
     discard_history: pd.DataFrame  # run_id, reason, count over those runs
+    anomalies: pd.DataFrame = field(default_factory=pd.DataFrame)  # this run's findings
 
 
 def _table_path(output: str, table: str) -> str:
@@ -138,4 +140,5 @@ def load_run(output: str | os.PathLike[str], run_id: str | None = None) -> RunTa
         bad_records=one(BAD_RECORDS_TABLE),
         runs=runs,
         discard_history=history,
+        anomalies=one(ANOMALIES_TABLE),
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.errors import InputError
+from jobs.anomalies import EXIT_ANOMALIES
 from jobs.config import JobConfig
 from jobs.discards import DiscardHistory, build_discard_history, discard_inputs, summary_lines
 from jobs.extract import (
@@ -85,6 +86,10 @@ def round_params(config: JobConfig, as_of_ms: int, run_id: str) -> RoundParams:
         include_body=config.include_body,
         broker_version=config.broker_version,
         check_interval_ms=config.check_interval_ms,
+        slow_producer_percent=config.slow_producer_percent,
+        slow_producer_min_transactions=config.slow_producer_min_transactions,
+        op_backlog_records=config.op_backlog_records,
+        stalled_offset_runs=config.stalled_offset_runs,
     )
 
 
@@ -268,15 +273,18 @@ def write_phase(
     progress: Progress,
     after_commit: AfterCommit | None = None,
     discards: DiscardHistory | None = None,
-) -> None:
-    """Write the tables (offsets last) and the offset fragments; print the summary."""
+) -> int:
+    """Write the tables (offsets last) and the offset fragments; print the summary. Returns
+    how many anomalies are as severe as ``--fail-on`` or worse (0 without it)."""
     from connectors.delta import open_output
+    from jobs.anomalies import anomaly_counts, failing, with_stalled_offsets
     from jobs.history import with_pending_history  # deltalake: driver only
 
     params = state.params
     outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
     if discards is not None:
         outputs = discards.apply(outputs, params)
+    outputs = with_stalled_offsets(spark, outputs, request.output, params)
     _phase(spark, "write")
     # The per-queue tables are written, then printed: brought to the driver once (the
     # summary's second read re-ran its aggregate over the unresolved records).
@@ -306,9 +314,15 @@ def write_phase(
     summary_rows = [
         {**row.asDict(), **facts} for row in outputs.run_summary.collect()
     ]  # one row per queue
-    print(format_summary(summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows))
+    counts = anomaly_counts(outputs)
+    print(
+        format_summary(
+            summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows, counts
+        )
+    )
     if discards is not None:
         print("\n".join(summary_lines(discards, request.output)))
+    return failing(counts, config.fail_on)
 
 
 def run(
@@ -327,7 +341,9 @@ def run(
     state, bad = round_phase(spark, inputs, request, config, progress)
     discards = discard_phase(spark, inputs, state, request, config, progress)
     identity = [*inputs.identity, *discard_inputs(request)]
-    write_phase(spark, state, identity, request, config, started, progress, after_commit, discards)
+    severe = write_phase(
+        spark, state, identity, request, config, started, progress, after_commit, discards
+    )
     bad += discards.bad_count
     if bad:
         print(bad_records_line(bad, request.output, state.params.run_id))
@@ -336,4 +352,13 @@ def run(
     inputs.unpersist()
     spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears the label
     progress("done")
+    if severe:
+        # Everything is written: the exit code only tells a scheduler to alert.
+        print(
+            f"fail-on: {severe} anomalies of severity {config.fail_on} or worse (everything is"
+            f" written): rows in {request.output}/anomalies (run_id {state.params.run_id});"
+            f" exit {EXIT_ANOMALIES}",
+            file=sys.stderr,
+        )
+        return EXIT_ANOMALIES
     return EXIT_OK

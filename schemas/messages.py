@@ -27,6 +27,12 @@ PROP_TAGS = "TAGS"
 PROP_KEYS = "KEYS"
 PROP_TRAN_MSG = "TRAN_MSG"
 PROP_TRANSACTION_ID = "__transactionId__"
+# Delayed delivery (a delay level, 4.x) and timer messages (5.x): a half record carrying one
+# loops between the schedule/timer topic and the half topic (RocketMQ #1540).
+PROP_DELAY_LEVEL = "DELAY"
+PROP_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROP_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROP_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 
 MESSAGE = T.StructType(
     [
@@ -81,6 +87,11 @@ PROPERTY_COLUMNS: dict[str, str] = {
     # Not used by the round itself: what the operator columns of the output tables show.
     PROP_KEYS: "keys_raw",
     PROP_TRANSACTION_ID: "transaction_id",
+    # Not used by the round: what the anomaly rule system_topic_or_delay reads.
+    PROP_DELAY_LEVEL: "delay_level_raw",
+    PROP_TIMER_DELIVER_MS: "timer_deliver_ms_raw",
+    PROP_TIMER_DELAY_SEC: "timer_delay_sec_raw",
+    PROP_TIMER_DELAY_MS: "timer_delay_ms_raw",
 }
 
 # What the store reader gives the job: the sourced message columns with the properties the

@@ -95,6 +95,12 @@ CLASSES = (RESOLVED, CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED, TOO_YOUN
 REASON_CHECK_MAX = "check_max"
 REASON_EXPIRED = "expired"
 
+# Anomaly severities (the anomalies table), mildest first, and the run_summary column that
+# counts each.
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+SEVERITIES = (INFO, WARNING, CRITICAL)
+ANOMALY_COUNT_COLUMNS = tuple(f"anomalies_{severity}" for severity in SEVERITIES)
+
 RUN_SUMMARY = T.StructType(
     [
         T.StructField("broker", T.StringType()),
@@ -127,6 +133,9 @@ RUN_SUMMARY = T.StructType(
         T.StructField("written_at_ms", T.LongType()),
         T.StructField("duration_ms", T.LongType()),
     ]
+    # Anomalies of this run on this queue, per severity (the anomalies table); last, so an
+    # output root written before them gains them at the end of its schema.
+    + [T.StructField(name, T.LongType()) for name in ANOMALY_COUNT_COLUMNS]
     + RUN_COLUMNS
 )
 
@@ -173,6 +182,26 @@ DISCARD_HISTORY = T.StructType(
     + RUN_COLUMNS
 )
 
+# One row per finding of the anomaly rules (transforms.anomalies, docs/anomalies.md).
+# uniq_key, half_offset and op_offset are null for queue- or group-level findings.
+ANOMALY = T.StructType(
+    [
+        T.StructField("broker", T.StringType()),
+        T.StructField("queue_id", T.IntegerType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("severity", T.StringType()),
+        T.StructField("uniq_key", T.StringType()),
+        T.StructField("producer_group", T.StringType()),
+        T.StructField("half_offset", T.LongType()),
+        T.StructField("op_offset", T.LongType()),
+        T.StructField("value", T.DoubleType()),
+        T.StructField("threshold", T.DoubleType()),
+        T.StructField("detail", T.StringType()),
+    ]
+)
+
+ANOMALIES = T.StructType(ANOMALY.fields + RUN_COLUMNS)
+
 CHECK_REQUESTS_TABLE = "check_requests"
 DISCARDS_TABLE = "discards"
 PENDING_TABLE = "pending"
@@ -182,6 +211,7 @@ BAD_RECORDS_TABLE = "bad_records"
 DISCARD_HISTORY_TABLE = "discard_history"
 # Tables merged on a key instead of partitioned by run (they must not grow per run).
 DISCARD_HISTORY_MERGE_KEYS = ("broker", "discard_offset")
+ANOMALIES_TABLE = "anomalies"
 
 # Write order: the offsets table is committed last, so it never moves ahead of the
 # tables that justify it.
@@ -192,6 +222,7 @@ TABLE_SCHEMAS: dict[str, T.StructType] = {
     PENDING_TABLE: PENDING,
     RUN_SUMMARY_TABLE: RUN_SUMMARY,
     DISCARD_HISTORY_TABLE: DISCARD_HISTORY,
+    ANOMALIES_TABLE: ANOMALIES,
     CONSUME_OFFSETS_TABLE: CONSUME_OFFSETS,
 }
 

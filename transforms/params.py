@@ -23,6 +23,8 @@ class RoundParams:
             another tag than ``d`` done, so its op offset stops there (p1; not p_safe).
         check_interval_ms: [transactionCheckInterval] the broker's round period; only
             forecasts (``discard_at_ms``) use it.
+        slow_producer_percent, slow_producer_min_transactions, op_backlog_records,
+        stalled_offset_runs: thresholds of the anomaly rules (``transforms.anomalies``).
     """
 
     as_of_ms: int
@@ -33,6 +35,10 @@ class RoundParams:
     include_body: bool
     broker_version: str
     check_interval_ms: int
+    slow_producer_percent: int
+    slow_producer_min_transactions: int
+    op_backlog_records: int
+    stalled_offset_runs: int
 
     @property
     def reserved_ms(self) -> int:

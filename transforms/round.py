@@ -2,7 +2,7 @@
 
 Two steps, so that a job can materialise what several output tables share:
 ``classify_round`` composes the stages of ``transforms.round_stages`` (resolution and
-classification, the heavy joins) into a ``RoundState``; ``shape_outputs`` derives the six
+classification, the heavy joins) into a ``RoundState``; ``shape_outputs`` derives the
 output tables from it. ``reconcile`` runs both.
 
 Nothing here runs a Spark job by itself. Where the round would profit from caching a
@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
 from schemas.outputs import (
+    ANOMALY,
     BAD_RECORD,
     CHECK,
     CLASSES,
@@ -31,8 +32,13 @@ from schemas.outputs import (
     DISCARD_EXPIRED,
     REASON_CHECK_MAX,
     REASON_EXPIRED,
-    RUN_SUMMARY,
     half_row_schema,
+)
+from transforms.anomalies import (
+    RoundEvidence,
+    round_anomalies,
+    with_anomaly_counts,
+    with_run_columns,
 )
 from transforms.messages import QUEUE_KEY, is_half, is_op, offset_msg_id, stored_before
 from transforms.offsets import op_offsets, round_starts, with_h1, with_h_safe
@@ -123,6 +129,8 @@ class RoundState:
             h0/h1/h_safe, p0/p1/p_safe, class counts, warnings.
         bad_records: ``schemas.outputs.BAD_RECORD`` rows (reader's and round's).
         materialize: what materialised the round's frames (``unpersist`` releases them).
+        evidence: the half and op records the anomaly rules read (``transforms.anomalies``);
+            None: no anomaly is looked for.
     """
 
     pending: DataFrame
@@ -130,6 +138,7 @@ class RoundState:
     bad_records: DataFrame
     params: RoundParams
     materialize: Materializer = LAZY
+    evidence: RoundEvidence | None = None
 
     def persist(self) -> RoundState:
         """Materialise the unresolved records once (a job writes several tables from them)."""
@@ -153,6 +162,7 @@ class RoundOutputs:
     consume_offsets: DataFrame
     run_summary: DataFrame
     bad_records: DataFrame
+    anomalies: DataFrame
     # Added by the job (jobs.discards): the round alone does not read the discard topic.
     discard_history: DataFrame | None = None
 
@@ -164,6 +174,7 @@ class RoundOutputs:
             "discards": self.discards,
             "pending": self.pending,
             "run_summary": self.run_summary,
+            "anomalies": self.anomalies,
         }
         if self.discard_history is not None:
             tables["discard_history"] = self.discard_history
@@ -228,7 +239,7 @@ def classify_round(
         queue_notes(note_rows),
     )
     # Left lazy: its consumer materialises it once (the job adds its warnings first).
-    return RoundState(pending, queues, bad_records, params, m)
+    return RoundState(pending, queues, bad_records, params, m, RoundEvidence(half, ops, op_items))
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:
@@ -318,7 +329,7 @@ def _settings_columns(params: RoundParams) -> list[Column]:
 
 
 def shape_outputs(state: RoundState) -> RoundOutputs:
-    """The six output tables (spec section 6) from a classified round."""
+    """The output tables (spec section 6) from a classified round."""
     params = state.params
     run = _run_columns(params)
     pending = with_queue_round_facts(state.pending, state.queues)
@@ -335,6 +346,7 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
     since = first_seen_now(params.run_id, params.as_of_ms)
     pending_rows = _half_rows(pending, params, [F.col("status"), *since, *run])
     attention = attention_counts(pending, params)
+    anomalies = _anomalies(state)
     summary = (
         state.queues.join(attention, QUEUE_KEY, how="left")
         .select(
@@ -358,7 +370,7 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
             *[F.lit(None).alias(name) for name in WRITER_FILLED],
             *run,
         )
-        .select(*[F.col(f.name).cast(f.dataType) for f in RUN_SUMMARY.fields])
+        .transform(with_anomaly_counts, anomalies)
     )
     bad_records = state.bad_records.select(*BAD_RECORD.fieldNames(), *run)
     return RoundOutputs(
@@ -368,7 +380,22 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
         consume_offsets=_consume_offsets(state.queues, params),
         run_summary=summary,
         bad_records=bad_records,
+        anomalies=anomalies,
     )
+
+
+def _anomalies(state: RoundState) -> DataFrame:
+    """The anomalies table's rows the round decides (``transforms.anomalies``), materialised
+    once: the table and the per-queue counts of ``run_summary`` both read them."""
+    params = state.params
+    if state.evidence is None:
+        empty = state.pending.sparkSession.createDataFrame([], ANOMALY)
+        return with_run_columns(empty, params)
+    # The per-queue rows once more through the driver: each rule joins them, and their
+    # plan inlined in every rule would grow past what the driver can optimise.
+    queues = state.materialize.per_queue(state.queues)
+    found = round_anomalies(state.evidence, state.pending, queues, params)
+    return state.materialize.records(with_run_columns(found, params))
 
 
 def reconcile(
@@ -392,7 +419,7 @@ def reconcile(
         materialize: see ``classify_round``.
 
     Returns:
-        The six output DataFrames; nothing is written.
+        The output DataFrames; nothing is written.
     """
     return shape_outputs(
         classify_round(

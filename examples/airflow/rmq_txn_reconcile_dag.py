@@ -1,4 +1,5 @@
-"""Airflow DAG: reconcile RocketMQ transactional messages on a schedule, fail on discards.
+"""Airflow DAG: reconcile RocketMQ transactional messages on a schedule, fail on discards
+and on critical anomalies.
 
 Two tasks:
 
@@ -6,7 +7,10 @@ Two tasks:
     One ``SparkSubmitOperator`` over all brokers (see docs/airflow.md for why not one per
     broker). ``--as-of`` is the data interval end in epoch ms and ``--run-id`` is derived
     from the Airflow run id, so a retry or a manual re-run of the same DAG run evaluates
-    the same round and replaces that run's rows: retries are safe.
+    the same round and replaces that run's rows: retries are safe. ``--fail-on critical``
+    (the ``fail_on`` setting) makes the job exit 3 after writing everything when the round
+    found critical anomalies (docs/anomalies.md): the task fails and Airflow alerts; its
+    retries rerun the same round and fail the same way.
 ``check_discards``
     Reads the ``discards`` and ``run_summary`` Delta tables of that run id with
     ``deltalake`` (no Spark) and fails the DAG run when discards appeared, or when the job
@@ -55,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "py_files": "/opt/rmq-txn-reconcile/rmq_txn_reconcile.zip",
     # Optional TOML with broker settings (check_max, timeouts, ...); "" for the defaults.
     "conf_file": "",
+    # --fail-on: the reconcile task fails (job exit 3, after writing everything) when the
+    # round found anomalies this severe or worse (docs/anomalies.md); "" never fails on them.
+    "fail_on": "critical",
 }
 
 CONN_ID = os.environ.get("RMQ_TXN_RECONCILE_CONN_ID", "spark_default")
@@ -122,6 +129,9 @@ def reconcile_args(
         args += ["--conf", str(conf_file)]
     if params.get("strict"):
         args.append("--strict")
+    fail_on = setting(params, "fail_on")
+    if fail_on and fail_on != "never":
+        args += ["--fail-on", str(fail_on)]
     return args
 
 
@@ -169,6 +179,13 @@ with DAG(
             "", type="string", description="now|latest|ISO|ms; empty: data interval end"
         ),
         "strict": Param(False, type="boolean", description="fail the run on any bad record"),
+        "fail_on": Param(
+            "",
+            type="string",
+            enum=["", "warning", "critical", "never"],
+            description="fail the reconcile task on anomalies this severe; empty: Variable,"
+            " then default (critical); never: do not",
+        ),
     },
     default_args={
         "owner": "messaging",

@@ -119,7 +119,13 @@ def test_rendered_command_line(dag) -> None:
         "--output", "/out",
         "--as-of", AS_OF_MS,
         "--run-id", JOB_RUN_ID,
+        "--fail-on", "critical",  # the default: critical anomalies fail the task (exit 3)
     ]  # fmt: skip
+
+
+def test_fail_on_follows_the_param(dag) -> None:
+    assert render_command(dag, {"fail_on": "warning"})[-2:] == ["--fail-on", "warning"]
+    assert "--fail-on" not in render_command(dag, {"fail_on": "never"})
 
 
 def test_rerun_of_the_same_dag_run_renders_the_same_round(dag) -> None:
@@ -140,6 +146,7 @@ def test_variables_fill_in_what_params_leave_empty(dag, monkeypatch) -> None:
         "--as-of", "latest",
         "--run-id", JOB_RUN_ID,
         "--strict",
+        "--fail-on", "critical",
     ]  # fmt: skip
     assert command[command.index("--py-files") + 1] == "/pkg/rmq.whl"
 

@@ -19,7 +19,7 @@ DEFAULTS = Path(__file__).resolve().parents[2] / "conf" / "default.toml"
 
 def _toml_values() -> dict:
     document = tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))
-    return {**document["broker"], **document["job"]}
+    return {**document["broker"], **document["job"], **document["anomalies"]}
 
 
 def test_every_setting_takes_its_default_from_the_packaged_file() -> None:
@@ -34,6 +34,18 @@ def test_the_round_parameters_of_the_tests_are_the_packaged_defaults() -> None:
         assert getattr(round_params, name) == values[name]
     assert round_params.check_interval_ms == values["check_interval_ms"]
     assert round_params.broker_version == values["broker_version"]
+    for name in document_section("anomalies"):
+        assert getattr(round_params, name) == values[name]
+
+
+def document_section(section: str) -> dict:
+    return tomllib.loads(DEFAULTS.read_text(encoding="utf-8"))[section]
+
+
+def test_anomaly_thresholds_are_validated() -> None:
+    for bad in ({"stalled_offset_runs": 1}, {"slow_producer_percent": 101}, {"fail_on": "info"}):
+        with pytest.raises(InputError):
+            load_config(None, bad)
 
 
 def test_a_packaged_file_without_a_setting_is_one_error(monkeypatch) -> None:

@@ -25,6 +25,7 @@ from deltalake import write_deltalake
 from connectors.arrow import to_arrow_schema
 from jobs import report
 from schemas.outputs import (
+    ANOMALIES,
     BAD_RECORDS,
     CHECK,
     CHECK_REQUESTS,
@@ -100,12 +101,38 @@ def _age_for(rng: random.Random, status: str) -> int:
     )
 
 
+def _since(rng: random.Random, run_id: str, as_of: int) -> dict:
+    """Pending across runs: in the newer run, about half the transactions were already
+    pending in the older one."""
+    earlier = run_id == NEW_RUN and rng.random() < 0.5
+    return {
+        "first_seen_run_id": OLD_RUN if earlier else run_id,
+        "pending_since_ms": OLD_AS_OF if earlier else as_of,
+        "run_id": run_id,
+        "as_of_ms": as_of,
+    }
+
+
+def _anomalies(broker: str, run_id: str, as_of: int) -> list[dict]:
+    common = {"broker": broker, "queue_id": 0, "run_id": run_id, "as_of_ms": as_of}
+    return [
+        {**common, "kind": "recheck_of_resolved", "severity": "critical", "uniq_key": f"{broker}-000101",
+         "producer_group": "PG_orders", "half_offset": 101, "value": 15.0, "threshold": 15.0,
+         "detail": "half offset 101 is resolved through another record of its transaction"},
+        {**common, "kind": "op_queue_gap", "severity": "critical", "op_offset": 55, "value": 3.0,
+         "threshold": 0.0, "detail": "op offsets 55 to 57 (3) are missing inside [p0, end)"},
+        {**common, "kind": "system_topic_or_delay", "severity": "warning", "uniq_key": f"{broker}-000102",
+         "half_offset": 102, "detail": "half offset 102: it carries DELAY=3"},
+    ]  # fmt: skip
+
+
 def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict[str, int]:
     """One run over two brokers; returns how many rows of each kind were written."""
     rng = random.Random(seed)
-    pending, checks, discards, summary, offsets = [], [], [], [], []
+    pending, checks, discards, summary, offsets, anomalies = [], [], [], [], [], []
     for broker in ("broker-a", "broker-b"):
         h0, offset = 100, 100
+        anomalies += _anomalies(broker, run_id, as_of)
         counts = dict.fromkeys(
             ("resolved", CHECK, IMMUNE, DISCARD_CHECK_MAX, DISCARD_EXPIRED, TOO_YOUNG, NOT_REACHED),
             0,
@@ -128,7 +155,7 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
             if status != DISCARD_CHECK_MAX:
                 counter = (counter or 0) + 1
             row = _half_row(rng, broker, offset, as_of, age, counter)
-            pending.append({**row, "status": status, "run_id": run_id, "as_of_ms": as_of})
+            pending.append({**row, "status": status, **_since(rng, run_id, as_of)})
             if status == CHECK:
                 checks.append({**row, "run_id": run_id, "as_of_ms": as_of})
             if status in (DISCARD_CHECK_MAX, DISCARD_EXPIRED):
@@ -141,8 +168,7 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
             {
                 **_half_row(rng, broker, offset, as_of, 2_000, None),
                 "status": TOO_YOUNG,
-                "run_id": run_id,
-                "as_of_ms": as_of,
+                **_since(rng, run_id, as_of),
             }
         )
         counts[TOO_YOUNG] += 1
@@ -151,8 +177,7 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
                 {
                     **_half_row(rng, broker, offset + extra, as_of, 90_000, 1),
                     "status": NOT_REACHED,
-                    "run_id": run_id,
-                    "as_of_ms": as_of,
+                    **_since(rng, run_id, as_of),
                 }
             )
             counts[NOT_REACHED] += 1
@@ -188,12 +213,16 @@ def _run(out: Path, run_id: str, as_of: int, written_at: int, seed: int) -> dict
          "raw_hex": "deadbeef", "run_id": run_id, "as_of_ms": as_of}
         for i in range(2)
     ]  # fmt: skip
-    _write(out, "pending", PENDING, pending)
-    _write(out, "check_requests", CHECK_REQUESTS, checks)
-    _write(out, "discards", DISCARDS, discards)
-    _write(out, "run_summary", RUN_SUMMARY, summary)
-    _write(out, "consume_offsets", CONSUME_OFFSETS, offsets)
-    _write(out, "bad_records", BAD_RECORDS, bad)
+    for table, schema, rows in (
+        ("pending", PENDING, pending),
+        ("check_requests", CHECK_REQUESTS, checks),
+        ("discards", DISCARDS, discards),
+        ("run_summary", RUN_SUMMARY, summary),
+        ("consume_offsets", CONSUME_OFFSETS, offsets),
+        ("bad_records", BAD_RECORDS, bad),
+        ("anomalies", ANOMALIES, anomalies),
+    ):
+        _write(out, table, schema, rows)
     return {"pending": len(pending), "discards": len(discards), "checks": len(checks)}
 
 
