@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from transforms.messages import is_half, is_op, offset_msg_id, stored_before, with_half_fields
-from transforms.ops import OP_ITEM_SEPARATOR, is_remove_op
+from transforms.ops import ITEM_TEXT, op_body_items
 from transforms.params import RoundParams
 from transforms.parsing import parse_java_long
 
@@ -82,20 +82,15 @@ def op_items_with_times(ops: DataFrame) -> DataFrame:
     """``broker, queue_id, half_offset, op_store_ms``: each half offset a ``d`` op record
     names (spec section 3), with the op record's store time. Unparsable items name nothing
     (the round reports them as bad records)."""
-    items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
-    return (
-        ops.filter(is_remove_op() & F.col("body").isNotNull())
-        .select(
-            "broker",
-            "queue_id",
-            F.col("store_timestamp_ms").alias("op_store_ms"),
-            F.explode(items).alias("item"),
-        )
-        .select(
-            "broker", "queue_id", parse_java_long(F.col("item")).alias("half_offset"), "op_store_ms"
-        )
-        .filter(F.col("half_offset").isNotNull())
+    items = op_body_items(
+        ops, "broker", "queue_id", F.col("store_timestamp_ms").alias("op_store_ms")
     )
+    return items.select(
+        "broker",
+        "queue_id",
+        parse_java_long(F.col(ITEM_TEXT)).alias("half_offset"),
+        "op_store_ms",
+    ).filter(F.col("half_offset").isNotNull())
 
 
 def evidence_from(

@@ -24,29 +24,29 @@ def is_remove_op() -> Column:
     return F.col("tags") == REMOVE_TAG
 
 
-def explode_op_items(ops: DataFrame) -> DataFrame:
-    """One row per non-empty item of each ``d`` op body.
-
-    Returns ``broker, queue_id, op_offset, source, position, item_text, half_offset``;
-    ``half_offset`` is null for an item that does not parse (a bad record that names
-    nothing). The body is decoded as UTF-8; invalid bytes become replacement characters
-    and so make the item unparsable rather than silently different.
-    """
+def op_body_items(ops: DataFrame, *carried: Column | str) -> DataFrame:
+    """One row per non-empty item (``item_text``) of each ``d`` op body, with the
+    ``carried`` columns of its op record. The body is decoded as UTF-8; invalid bytes
+    become replacement characters and so make the item unparsable rather than silently
+    different. The one place op bodies are split (the round, the discard history)."""
     # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
     items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
     return (
         ops.filter(is_remove_op() & F.col("body").isNotNull())
-        .select(
-            "broker",
-            "queue_id",
-            F.col("queue_offset").alias(OP_OFFSET),
-            "source",
-            "position",
-            F.explode(items).alias(ITEM_TEXT),
-        )
+        .select(*carried, F.explode(items).alias(ITEM_TEXT))
         .filter(F.col(ITEM_TEXT) != "")
-        .withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
     )
+
+
+def explode_op_items(ops: DataFrame) -> DataFrame:
+    """One row per non-empty item of each ``d`` op body (``op_body_items``).
+
+    Returns ``broker, queue_id, op_offset, source, position, item_text, half_offset``;
+    ``half_offset`` is null for an item that does not parse (a bad record that names
+    nothing).
+    """
+    carried = ("broker", "queue_id", F.col("queue_offset").alias(OP_OFFSET), "source", "position")
+    return op_body_items(ops, *carried).withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
 
 
 def named_offsets(op_items: DataFrame) -> DataFrame:
