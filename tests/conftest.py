@@ -23,17 +23,17 @@ def spark() -> Iterator[SparkSession]:
     from jobs.session import build_session
 
     # Adaptive execution off: results do not depend on it, and on tiny frames it costs a
-    # Spark job per stage (96 instead of 37 jobs for a small round). 2 GiB of heap: the
-    # in-process command-line tests run whole rounds (with the anomaly rules, the discard
-    # history and earlier runs' history) in this one JVM, where the JVM's default of 1 GiB
-    # ran out of execution memory in an aggregate; a local run of the job gets 4 GiB
-    # (conf/default.toml).
+    # Spark job per stage (96 instead of 37 jobs for a small round). The heap of a local
+    # run of the job (4 GiB, conf/default.toml): the in-process command-line tests run
+    # whole rounds (with the anomaly rules, the discard history and earlier runs' history)
+    # in this one JVM, where the JVM's default of 1 GiB ran out of execution memory in an
+    # aggregate.
     session = build_session(
         app_name="rmq-txn-reconcile-tests",
         master="local[2]",
         shuffle_partitions=2,
         adaptive=False,
-        driver_memory="2g",
+        driver_memory="4g",
     )
     yield session
     session.stop()
