@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import absolute_root
+from jobs.materialize import SparkMaterializer
 from schemas.outputs import RUN_SUMMARY_TABLE, SEVERITIES
 from transforms.anomalies import stalled_offset, with_anomaly_counts, with_run_columns
 from transforms.params import RoundParams
@@ -99,8 +100,9 @@ def with_stalled_offsets(
 
 
 def _local(spark: SparkSession, frame: DataFrame) -> DataFrame:
-    """A small frame computed once and brought back as local rows (its lineage cut)."""
-    return spark.createDataFrame(frame.collect(), frame.schema)
+    """A per-queue frame computed once and brought back as local rows (its lineage cut),
+    through the job's one way of doing so (row guard included)."""
+    return SparkMaterializer().per_queue(frame)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ def anomaly_counts(outputs: RoundOutputs) -> list[KindCount]:
     rows = (
         outputs.anomalies.groupBy("kind", "severity", "broker", "queue_id")
         .agg(F.count(F.lit(1)).alias("n"))
-        .collect()
+        .collect()  # one row per kind, severity and queue
     )
     grouped: dict[tuple[str, str], list[tuple[str, int | None, int]]] = {}
     for row in rows:

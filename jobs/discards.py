@@ -171,7 +171,7 @@ def named_real_queues(usable: DataFrame, as_of_ms: int) -> list[tuple[str, str, 
         .select("broker", "real_topic", "real_queue_id")
         .where(F.col("real_topic").isNotNull() & F.col("real_queue_id").isNotNull())
         .distinct()
-        .collect()
+        .collect()  # one row per named real queue
     )
     return sorted((row[0], row[1], row[2]) for row in named)
 
@@ -260,7 +260,7 @@ def build_discard_history(
     bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {
         row["broker"]: row["discard_history_rows"]
-        for row in discard_history_counts(history).collect()
+        for row in discard_history_counts(history).collect()  # one row per broker
     }
 
     def release() -> None:
