@@ -17,7 +17,7 @@ MARK_BEGIN = (
 MARK_END = "<!-- bench:end -->"
 GIB = 1 << 30
 SIZE_ORDER = ("1m", "4m", "16m")
-PHASES = ("decode", "resolve and classify", "write")
+PHASES = ("decode", "resolve and classify", "discard history", "history and anomalies", "write")
 
 TARGET_RECORDS_PER_S = 500_000
 TARGET_SCALING = 4.4  # time(16M) / time(4M): 4x the data, 10% allowance

@@ -281,6 +281,7 @@ def write_phase(
     from jobs.history import with_pending_history  # deltalake: driver only
 
     params = state.params
+    _phase(spark, "history and anomalies")
     outputs = with_pending_history(spark, shape_outputs(state), request.output, params)
     if discards is not None:
         outputs = discards.apply(outputs, params)

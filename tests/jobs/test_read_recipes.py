@@ -105,6 +105,7 @@ def test_vacuum_keeps_recent_files_by_default_and_deletes_replaced_ones_with_zer
     dry = maintenance.vacuum_tables(output, retention_hours=0, dry_run=True)
     assert dry["pending"] and on_disk() == 2 * ROWS_PER_RUN
     assert set(dry) == {
+        "anomalies",
         "bad_records",
         "check_requests",
         "consume_offsets",
