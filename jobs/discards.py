@@ -26,13 +26,15 @@ from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
 from jobs.config import JobConfig
 from schemas.messages import DISCARD_TOPIC, SOURCED_MESSAGE
-from schemas.outputs import BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
+from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
+from transforms.anomalies import discarded_without_check, with_anomaly_counts, with_run_columns
 from transforms.bad_records import duplicate_records, unparsable_properties
 from transforms.discard_history import (
     OUTCOMES,
     UNRESOLVED,
     discard_history,
     discard_history_counts,
+    discarded_unchecked,
     evidence_from,
 )
 from transforms.messages import mark_duplicates, stored_before, with_half_fields
@@ -64,10 +66,12 @@ class DiscardRead:
 
 @dataclass(frozen=True)
 class DiscardHistory:
-    """One run's ``discard_history`` rows (cached), the bad discard records, and what the
-    summary says about them."""
+    """One run's ``discard_history`` rows (cached), its ``immunity_exhausts_checks``
+    findings (``ANOMALY`` rows, cached), the bad discard records, and what the summary says
+    about them."""
 
     history: DataFrame
+    unchecked: DataFrame
     bad_records: DataFrame
     counts: dict[str, int]
     bad_count: int
@@ -75,8 +79,9 @@ class DiscardHistory:
     release: Callable[[], None]
 
     def apply(self, outputs: RoundOutputs, params: RoundParams) -> RoundOutputs:
-        """``outputs`` with the table, the bad discard records and ``run_summary``'s
-        ``discard_history_rows`` (per broker, on each of its queue rows)."""
+        """``outputs`` with the table, the bad discard records, the findings of discards
+        without a check among the anomalies, and ``run_summary``'s ``discard_history_rows``
+        (per broker, on each of its queue rows) and anomaly counts."""
         run = [F.lit(params.run_id).alias("run_id"), F.lit(params.as_of_ms).alias("as_of_ms")]
         bad = self.bad_records.select(*BAD_RECORD.fieldNames(), *run)
         counts = outputs.run_summary.sparkSession.createDataFrame(
@@ -94,11 +99,13 @@ class DiscardHistory:
                 for f in RUN_SUMMARY.fields
             ]
         )
+        anomalies = outputs.anomalies.unionByName(with_run_columns(self.unchecked, params))
         return replace(
             outputs,
             discard_history=self.history,
             bad_records=outputs.bad_records.unionByName(bad),
-            run_summary=summary,
+            run_summary=with_anomaly_counts(summary, anomalies),
+            anomalies=anomalies,
         )
 
 
@@ -252,10 +259,13 @@ def build_discard_history(
         # Nothing discarded (the usual case): the evidence joins would read the round's
         # records for nothing.
         history = spark.createDataFrame([], DISCARD_HISTORY)
+        unchecked = spark.createDataFrame([], ANOMALY)
     else:
         evidence = evidence_from(messages, usable, pending, commits, readable)
         history = discard_history(evidence, params)
+        unchecked = discarded_without_check(discarded_unchecked(evidence, params.as_of_ms))
     history = history.persist(StorageLevel.MEMORY_AND_DISK)
+    unchecked = unchecked.persist(StorageLevel.MEMORY_AND_DISK)
     bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
     bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {
@@ -264,13 +274,13 @@ def build_discard_history(
     }
 
     def release() -> None:
-        for frame in (history, bad, usable):
+        for frame in (history, unchecked, bad, usable):
             frame.unpersist()
         release_real()
         read.release()
 
     notes = [*read.notes, *_unread_queue_notes(named, queues)]
-    return DiscardHistory(history, bad, counts, bad.count(), notes, release)
+    return DiscardHistory(history, unchecked, bad, counts, bad.count(), notes, release)
 
 
 def summary_lines(history: DiscardHistory, output_root: str) -> list[str]:

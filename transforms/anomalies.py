@@ -4,7 +4,7 @@ per finding, with the number each rule measured and the threshold it was compare
 Each rule is one function over the round's own frames (``RoundEvidence`` beside the pending
 records and the per-queue rows): joins and aggregates only, and every rule ends in
 ``_finding``, the ``ANOMALY`` schema contract. ``stalled_offset`` needs earlier runs of the
-output root, which ``jobs.anomaly_history`` reads; the rule itself is pure and lives here.
+output root, which ``jobs.anomalies`` reads; the rule itself is pure and lives here.
 """
 
 from __future__ import annotations
@@ -212,6 +212,31 @@ def immunity_exhausts_checks(pending: DataFrame, params: RoundParams) -> DataFra
         uniq_key=F.col("uniq_key"),
         producer_group=F.col("producer_group"),
         half_offset=F.col("queue_offset"),
+    )
+
+
+def discarded_without_check(unchecked: DataFrame) -> DataFrame:
+    """The past evidence of ``immunity_exhausts_checks``: one finding per discard record
+    whose transaction had immunity copies and no check copy before it
+    (``transforms.discard_history.discarded_unchecked``): it was discarded unchecked."""
+    detail = F.format_string(
+        "discard record %d (TRANS_CHECK_MAX_TIME_TOPIC, counter %d): half offset %d was put"
+        " back %d time(s) for its immunity and never checked before the broker discarded it",
+        F.col("discard_offset"),
+        F.coalesce(F.col("check_times"), F.lit(0)),
+        F.col("half_offset"),
+        F.col("immunity_copies"),
+    )
+    return _finding(
+        unchecked,
+        IMMUNITY_EXHAUSTS_CHECKS,
+        F.lit(WARNING),
+        F.col("immunity_copies"),
+        F.lit(0),  # check copies seen before the discard
+        detail,
+        uniq_key=F.col("uniq_key"),
+        producer_group=F.col("producer_group"),
+        half_offset=F.col("half_offset"),
     )
 
 

@@ -142,6 +142,7 @@ def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataF
         F.col("queue_offset").alias("half_offset"),
         F.col("commitlog_offset").alias("half_commitlog_offset"),
         F.col("check_times").alias("half_check_times"),
+        F.col("prepared_queue_offset").alias("half_prepared_offset"),
         F.col("store_timestamp_ms").alias("half_stored_ms"),
     )
     keys = rows.select(*DISCARD_KEY, "uniq_key", "real_topic", "real_queue_id", "discarded_at_ms")
@@ -212,6 +213,46 @@ def resumed_pending(rows: DataFrame, pending: DataFrame) -> DataFrame:
         .select(*DISCARD_KEY)
         .distinct()
         .withColumn("is_pending", F.lit(True))
+    )
+
+
+def discarded_unchecked(evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
+    """The discard records (stored before T) whose transaction's half records stored before
+    the discard hold an immunity copy and no check copy: the broker put the record back
+    for its immunity until the counter reached ``check_max`` and never asked the producer
+    (the past evidence of ``immunity_exhausts_checks``).
+
+    An immunity copy carries ``TRAN_PREPARED_QUEUE_OFFSET``; a check copy is written just
+    before a check is sent and carries a counter without it (RocketMQ's
+    ``putImmunityMsgBackToHalfQueue`` and ``putBackHalfMsgQueue``). Columns: ``broker``,
+    ``queue_id`` and ``half_offset`` (the transaction's first half record), ``uniq_key``,
+    ``producer_group``, ``discard_offset``, ``check_times`` (the discard record's counter)
+    and ``immunity_copies``."""
+    rows = discard_rows(evidence.discards, as_of_ms)
+    before = transaction_halves(rows, evidence.half, as_of_ms).filter(
+        F.col("half_stored_ms") < F.col("discarded_at_ms")
+    )
+    immunity_copy = F.col("half_prepared_offset").isNotNull()
+    check_copy = F.col("half_check_times").isNotNull() & F.col("half_prepared_offset").isNull()
+    first = F.struct(F.col("half_offset"), F.col("half_queue_id"))
+    per_discard = before.groupBy(*DISCARD_KEY).agg(
+        F.count(F.when(immunity_copy, 1)).alias("immunity_copies"),
+        F.count(F.when(check_copy, 1)).alias("check_copies"),
+        F.min(first).alias("first"),
+    )
+    return (
+        per_discard.filter((F.col("immunity_copies") > 0) & (F.col("check_copies") == 0))
+        .join(rows, on=DISCARD_KEY, how="inner")
+        .select(
+            "broker",
+            F.col("first.half_queue_id").alias("queue_id"),
+            F.col("first.half_offset").alias("half_offset"),
+            "uniq_key",
+            "producer_group",
+            "discard_offset",
+            "check_times",
+            "immunity_copies",
+        )
     )
 
 

@@ -53,6 +53,8 @@ def build_store(root: Path) -> dict[str, dict[str, Any]]:
                     ("rolled_back", 300 * S, {}),
                     ("resumed", 300 * S, {}),
                     ("expired", 73 * HOUR, {"TRANSACTION_CHECK_TIMES": "2"}),
+                    # An immunity copy and no check copy: discarded without a check.
+                    ("unchecked", 300 * S, {"TRAN_PREPARED_QUEUE_OFFSET": "0"}),
                 ]
             )
         }
@@ -128,6 +130,7 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
         at["rolled_back"]: ("check_max", "rolled_back", False, None, None),
         at["resumed"]: ("check_max", "pending_again", False, None, None),
         at["expired"]: ("expired", "unresolved", False, True, None),
+        at["unchecked"]: ("check_max", "unresolved", False, *resumable),
         # The resumed copy pending now was stored before this discard: it is the copy
         # discarded (the hand-built offsets did not move past it), not a resume.
         at["resumed_again"]: ("check_max", "unresolved", False, *resumable),
@@ -141,6 +144,15 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     assert open_row["resume_offset_msg_id"] == open_row["offset_msg_id"] is not None
     summary = rows_of(out, "run_summary", "late")
     assert {r["discard_history_rows"] for r in summary} == {len(d)}
+    # Every other transaction has a check copy (a counter without TRAN_PREPARED_QUEUE_OFFSET)
+    # or no half record left: the one finding of a discard without a check.
+    unchecked = [
+        (r["uniq_key"], r["half_offset"], r["value"])
+        for r in rows_of(out, "anomalies", "late")
+        if r["kind"] == "immunity_exhausts_checks"
+    ]
+    assert unchecked == [("KEY0007", 7, 1.0)]  # the eighth half record: half offset 7
+    assert sum(r["anomalies_warning"] for r in summary) >= 1
 
     # A rerun of the same run changes nothing.
     assert main(late_args, spark=spark) == 0

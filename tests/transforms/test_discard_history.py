@@ -12,7 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half, op, params
-from transforms.discard_history import discard_history, evidence_from
+from transforms.anomalies import discarded_without_check
+from transforms.discard_history import discard_history, discarded_unchecked, evidence_from
 
 HOUR = 3_600_000
 S = 1_000
@@ -199,3 +200,44 @@ def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
     by_15 = discard_history(evidence, params()).first()
     assert by_16 is not None and by_15 is not None
     assert (by_16["reason"], by_15["reason"]) == ("expired", "check_max")
+
+
+def test_a_discard_after_only_immunity_copies_is_a_finding_and_a_check_copy_is_not(
+    spark: SparkSession,
+) -> None:
+    """The past evidence of immunity_exhausts_checks: before the discard, K20 has its
+    original and two immunity copies (TRAN_PREPARED_QUEUE_OFFSET); the nearest non-cases
+    add a check copy (K21), have their immunity copy only after the discard (K22), or only
+    check copies (K23)."""
+    records = [
+        _h(20, "K20", None, 60 * S),
+        _h(21, "K20", 1, 50 * S, prepared=20),
+        _h(22, "K20", 2, 45 * S, prepared=20),
+        _h(30, "K21", None, 60 * S),
+        _h(31, "K21", 1, 50 * S, prepared=30),
+        _h(32, "K21", 2, 45 * S),  # check copy: a check was sent
+        _h(40, "K22", None, 60 * S),
+        _h(41, "K22", 1, 5 * S, prepared=40),  # after the discard
+        _h(50, "K23", None, 60 * S),
+        _h(51, "K23", 1, 50 * S),
+    ]
+    discards = [discard(n, f"K{n}", 15, 80 * HOUR) for n in (20, 21, 22, 23)]
+    pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
+    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    evidence = evidence_from(
+        frame(spark, records), frame(spark, discards), pending, frame(spark, []), queues
+    )
+    found = discarded_without_check(discarded_unchecked(evidence, T))
+    columns = "broker STRING, queue_id INT, kind STRING, severity STRING, uniq_key STRING,"
+    columns += " half_offset LONG, op_offset LONG, value DOUBLE, threshold DOUBLE"
+    expected = [(BROKER, 0, "immunity_exhausts_checks", "warning", "K20", 20, None, 2.0, 0.0)]
+    assert_df_equality(
+        found.select(*spark.createDataFrame([], columns).columns),
+        spark.createDataFrame(expected, columns),
+        ignore_nullable=True,
+    )
+    detail = found.first()
+    assert detail is not None and detail["detail"] == (
+        "discard record 20 (TRANS_CHECK_MAX_TIME_TOPIC, counter 15): half offset 20 was put"
+        " back 2 time(s) for its immunity and never checked before the broker discarded it"
+    )
