@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -122,11 +123,18 @@ def _first_line_about_python(text: str) -> str:
     return lines[0] if lines else "the probe task failed"
 
 
+# Sessions whose workers passed the probe: their Python does not change while they run, so
+# a notebook or test session that runs the job many times probes once.
+_WORKERS_OK: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
 def probe_workers(spark: SparkSession) -> None:
     """One tiny task before the heavy work: the Python workers import pyarrow and the job's
     modules with the driver's Python major.minor (workers on a cluster may run another
     Python). Raises ``WorkerEnvironmentError`` with one clear line instead of a long worker
-    traceback in the middle of the read."""
+    traceback in the middle of the read. Once per session when it passes (``_WORKERS_OK``)."""
+    if spark in _WORKERS_OK:
+        return
     driver = f"{sys.version_info[0]}.{sys.version_info[1]}"
     hint = (
         f"set PYSPARK_PYTHON to a Python {driver} with pyarrow and this project installed"
@@ -145,6 +153,7 @@ def probe_workers(spark: SparkSession) -> None:
         raise WorkerEnvironmentError(
             f"the Python workers ({executable}) cannot run the job: {problem}; {hint}"
         )
+    _WORKERS_OK.add(spark)
 
 
 def _start(builder: SparkSession.Builder, verbose: bool) -> SparkSession:
