@@ -22,6 +22,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from connectors.rocketmq.read_tasks import NO_RECORD_PLACE
 from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
 from jobs.config import JobConfig
@@ -39,7 +40,7 @@ from transforms.discard_history import (
 )
 from transforms.messages import mark_duplicates, stored_before, with_half_fields
 from transforms.params import RoundParams
-from transforms.round import RoundOutputs
+from transforms.round import RoundOutputs, RoundState
 
 if TYPE_CHECKING:
     from jobs.run import JobRequest
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 # store (and must never become a path).
 _TOPIC_NAME = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
 QUEUE_SCHEMA = "broker string, topic string, queue_id int"
+# Where a bad record is: the same broken record found by two reads is one bad record.
+_BAD_PLACE = ["broker", "source", "position"]
 EXPORT_NOTE = (
     "exports hold no real topic: a transaction ended by an op shows as ended, never as"
     " committed or rolled_back"
@@ -236,18 +239,33 @@ def _unread_queue_notes(
     ]
 
 
+def _not_reported(bad: DataFrame, state: RoundState) -> DataFrame:
+    """The discard read's bad records less the ones the round reported already: a commit-log
+    scan for the discard topic meets every broken record of the file, and one the round
+    met through a consume queue is one bad record, not two. The round reports it at its
+    commit-log place (a truncated tail) or, when no record starts there (a bad magic
+    code), at the consume-queue entry whose reason names that place."""
+    named = state.bad_records.filter(F.col("reason").rlike(NO_RECORD_PLACE)).select(
+        "broker",
+        F.regexp_extract("reason", NO_RECORD_PLACE, 1).alias("source"),
+        F.regexp_extract("reason", NO_RECORD_PLACE, 2).cast("long").alias("position"),
+    )
+    reported = state.bad_records.select(*_BAD_PLACE).unionByName(named).distinct()
+    return bad.join(reported, on=_BAD_PLACE, how="left_anti")
+
+
 def build_discard_history(
     spark: SparkSession,
     request: JobRequest,
     config: JobConfig,
     messages: DataFrame,
-    pending: DataFrame,
-    params: RoundParams,
+    state: RoundState,
 ) -> DiscardHistory:
     """Read the discard records and the evidence beside the round's own records
-    (``messages``: half and op records; ``pending``: the round's pending rows), and
-    decide every discard record's row. The rows and bad records are cached: the writer
-    and the summary both read them."""
+    (``messages``: half and op records; ``state``: the round, for its pending rows and bad
+    records), and decide every discard record's row. The rows and bad records are cached:
+    the writer and the summary both read them."""
+    params, pending = state.params, state.pending
     read = _read_discards(spark, request, config)
     usable, bad = _usable(read, params.as_of_ms)
     usable = usable.persist(StorageLevel.MEMORY_AND_DISK)
@@ -266,7 +284,7 @@ def build_discard_history(
         unchecked = discarded_without_check(discarded_unchecked(evidence, params.as_of_ms))
     history = history.persist(StorageLevel.MEMORY_AND_DISK)
     unchecked = unchecked.persist(StorageLevel.MEMORY_AND_DISK)
-    bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
+    bad = _not_reported(bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames())), state)
     bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
     counts = {
         row["broker"]: row["discard_history_rows"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from schemas.outputs import (
     ANOMALY,
@@ -183,9 +184,12 @@ def immunity_exhausts_checks(pending: DataFrame, params: RoundParams) -> DataFra
     age > (check_max - counter) x check_interval_ms, so the counter reaches check_max (and
     the record is discarded) before any check is sent (RocketMQ #8311, #9320, #615). The
     counter is the stored one (null = 0)."""
-    counter = F.coalesce(F.col("check_times"), F.lit(0)).cast("long")
-    left_ms = F.col("immunity_ms") - F.col("age_ms")
-    budget_ms = (F.lit(params.check_max) - counter) * F.lit(params.check_interval_ms)
+    # In decimals: an age near the ends of a long (a born time far from T) must not overflow
+    # the subtraction and fail the run.
+    exact = T.DecimalType(38, 0)
+    counter = F.coalesce(F.col("check_times"), F.lit(0)).cast(exact)
+    left_ms = F.col("immunity_ms").cast(exact) - F.col("age_ms").cast(exact)
+    budget_ms = (F.lit(params.check_max).cast(exact) - counter) * F.lit(params.check_interval_ms)
     immune_now = (
         F.col("immunity_raw").isNotNull()
         & F.col("status").isin(IMMUNE, NOT_REACHED)
@@ -193,13 +197,13 @@ def immunity_exhausts_checks(pending: DataFrame, params: RoundParams) -> DataFra
     )
     exhausts = immune_now & (left_ms > budget_ms)
     detail = F.format_string(
-        "half offset %d stays immune %d ms more, but %d put-back(s) every %d ms bring its"
-        " counter (%d) to check_max %d first: it is discarded without a check",
+        "half offset %d stays immune %s ms more, but %s put-back(s) every %d ms bring its"
+        " counter (%s) to check_max %d first: it is discarded without a check",
         F.col("queue_offset"),
-        left_ms,
-        F.lit(params.check_max) - counter,
+        left_ms.cast("string"),
+        (F.lit(params.check_max) - counter).cast("string"),
         F.lit(params.check_interval_ms),
-        counter,
+        counter.cast("string"),
         F.lit(params.check_max),
     )
     return _finding(
