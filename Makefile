@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes
+.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -38,8 +38,11 @@ run: $(STAMP) $(SAMPLE_STAMP) ## Simulate a sample broker store (again when SAMP
 	$(BIN)/python -m jobs.reconcile --store $(SAMPLE_STORE) --as-of latest --output $(SAMPLE_OUTPUT)
 	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
-test: $(STAMP) ## Run the test suite
+test: $(STAMP) ## Run the test suite: transforms, readers, writers, properties and worked cases (~10 min)
 	$(BIN)/python -m pytest
+
+test-runs: $(STAMP) ## Whole runs of the job in one session: the command line, the real-broker fixtures, bad input (~20 min)
+	$(BIN)/python -m pytest -m runs
 
 test-processes: $(STAMP) ## Real processes: a kill after each table, two runs on one root, the printed spark-submit command, the README snippet
 	$(BIN)/python -m pytest -m 'faults or processes' tests/robustness/test_faults.py tests/jobs/test_package.py tests/jobs/test_front_door.py
@@ -64,7 +67,7 @@ test-broker-compare: $(STAMP) ## Compare a real-broker harness run with the simu
 	@test -n "$(RUN)" || { echo "error: give RUN=<harness run directory>" >&2; exit 2; }
 	@test -d "$(RUN)" || { echo "error: RUN=$(RUN): no such directory" >&2; exit 2; }
 	RMQ_BROKER_RUN="$(abspath $(RUN))" RMQ_BROKER_RESULTS="$(BROKER_RESULTS)" \
-	  timeout 3600 $(BIN)/python -m pytest tests/broker/test_real_rounds.py tests/broker/test_real_bytes.py -k 'run:'; \
+	  timeout 3600 $(BIN)/python -m pytest -m 'runs or not runs' tests/broker/test_real_rounds.py tests/broker/test_real_bytes.py -k 'run:'; \
 	  rc=$$?; $(BIN)/python -m tests.broker.summary "$(BROKER_RESULTS)" || rc=1; exit $$rc
 
 test-delta: $(STAMP) ## delta-spark tests in a session with Delta's jars (first run fetches them into ~/.cache/rmq-txn-reconcile/ivy)

@@ -43,6 +43,9 @@ from tests.broker.compare import (
 from tests.broker.live import assert_torn_tail_only, reconcile_live
 from tests.broker.runs import load_run, write_simulated_run
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 T = 1_750_000_000_000
 S = 1000
 

@@ -27,6 +27,9 @@ from tests.broker.compare import (
     simulator_vs_broker,
 )
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -13,6 +13,9 @@ from jobs.anomalies import KindCount, anomaly_lines, earlier_offsets, failing
 from jobs.reconcile import main
 from tests.robustness.store import T, half, op, rows_of, write
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 HOUR = 3_600_000
 
 

@@ -21,6 +21,9 @@ from tests.jobs.segments import (
     write_parquet_segments,
 )
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
 
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
@@ -21,6 +22,9 @@ from tests.connectors.reference import messages_table
 from tests.jobs.segments import AS_OF as SEGMENTS_AS_OF
 from tests.jobs.segments import HALF_ROWS, segment_argv, write_parquet_segments
 from tests.robustness.store import T, half, rows_of
+
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
 
 S = 1_000
 HOUR = 3_600_000

@@ -15,6 +15,9 @@ from jobs.reconcile import main
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import ROOT
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 # Per run two pending rows (offsets 2 and 3); run-1 is written twice, then run-2.
 ROWS_PER_RUN = 2
 

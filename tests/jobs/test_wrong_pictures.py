@@ -12,6 +12,9 @@ from jobs.reconcile import main
 from tests.jobs.segments import AS_OF, NEWEST_STORE_MS, segment_argv, write_parquet_segments
 from tests.jobs.test_cli import read_table
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 STALE = "the store looks copied"

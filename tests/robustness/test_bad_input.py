@@ -29,6 +29,9 @@ from tests.robustness.store import (
     write,
 )
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 RUN = "corpus"
 CHECKED = "check"
 

@@ -25,6 +25,9 @@ from schemas.messages import DISCARD_TOPIC
 from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import HALF, OP, TABLES, rows_of
 
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
 TRANSACTIONS = int(os.environ.get("RMQ_CONSERVATION_TRANSACTIONS", "100000"))
 BROKERS = {
     "broker-a": SimConfig(transactions=TRANSACTIONS, seed=11, commitlog_file_size=16 << 20),
