@@ -9,7 +9,6 @@ the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -27,9 +26,8 @@ MAX_QUEUE_ROWS = 100_000
 
 # Operators that keep a plan "narrow": each output row is computed from one input row.
 _NARROW = {"Project", "Filter", "SubqueryAlias"}
-# Leaves that hold data already materialised (cached, checkpointed, or local rows in the
-# plan).
-_MATERIALISED = {"InMemoryRelation", "LogicalRDD", "LocalRelation"}
+# Leaves that hold data already materialised (cached, or local rows in the plan).
+_MATERIALISED = {"InMemoryRelation", "LocalRelation"}
 _OPERATOR = re.compile(r"^[\s:|+\-]*(\w+)")
 
 
@@ -73,34 +71,26 @@ class DriverRowsError(RuntimeError):
 
 
 class SparkMaterializer:
-    """Checkpoints record-level frames locally (memory, spilling to disk), localises
-    per-queue frames, and bounds the records from h0 to choose broadcast or shuffle."""
+    """Caches record-level frames (memory, spilling to disk), localises per-queue frames,
+    and bounds the records from h0 to choose broadcast or shuffle."""
 
     def __init__(
         self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
     ) -> None:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
-        self._kept: list[DataFrame] = []
+        self._cached: list[DataFrame] = []
 
     def records(self, frame: DataFrame) -> DataFrame:
-        """Keep a frame several stages read, unless it is only a projection or filter of
-        data that is kept already (the store reader's records when every queue offset is
-        unique): recomputing it is a scan of that data, and a second copy of every record
-        would double the round's memory.
-
-        A lazy local checkpoint, not ``persist``: both keep the rows on the executors
-        (memory, spilling to disk) once the first action computes them, but a checkpoint
-        also cuts the frame's lineage. With ``persist`` every later stage carried the
-        whole plan above it, analysed and matched against the cache again at each step:
-        the anomaly rules and the run summary planned hundreds of operators, a third of a
-        small run's wall time (docs/benchmarks.md). The price: an executor lost mid-run
-        fails the run instead of recomputing its part (a rerun replaces it)."""
+        """Cache a frame several stages read, unless it is only a projection or filter of
+        data that is cached already (the store reader's records when every queue offset
+        is unique): recomputing it is a scan of that cache, and a second copy of every
+        record would double the round's memory."""
         if is_narrow_over_cache(frame):
             return frame
-        kept = frame.localCheckpoint(eager=False, storageLevel=StorageLevel.MEMORY_AND_DISK)
-        self._kept.append(kept)
-        return kept
+        cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        self._cached.append(cached)
+        return cached
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """Bring a per-queue frame to the driver and back as a local relation. Without it,
@@ -126,13 +116,6 @@ class SparkMaterializer:
         return sum(row["rows"] for row in rows) <= self.broadcast_rows
 
     def release(self) -> None:
-        """Free what ``records`` kept: a checkpoint's rows are the blocks of the RDD its
-        plan reads (``unpersist`` on the frame only drops cache entries)."""
-        for frame in self._kept:
-            checkpoint_rdd(frame).unpersist(False)
-        self._kept.clear()
-
-
-def checkpoint_rdd(frame: DataFrame) -> Any:
-    """The JVM RDD of a checkpointed frame (its plan's ``LogicalRDD`` leaf)."""
-    return frame._jdf.queryExecution().analyzed().rdd()
+        for frame in self._cached:
+            frame.unpersist()
+        self._cached.clear()
