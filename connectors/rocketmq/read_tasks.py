@@ -22,6 +22,7 @@ from connectors.rocketmq.read_plan import CommitLogFile, QueueUnit, ScanUnit, Un
 # Records are decoded in chunks of at most this many records / stored bytes (bounds memory
 # per batch).
 CHUNK_RECORDS = 65_536
+CHUNK_BYTES = 64 << 20
 # The reason of a consume-queue entry whose commit-log place holds no record: the entry is
 # the bad record, and the place it names is in the text (a commit-log scan that meets the
 # same bytes reports them there: jobs.discards matches the two with NO_RECORD_PLACE).
@@ -29,7 +30,6 @@ NO_RECORD_AT = (
     "consume-queue entry points at no record in {source} at position {position}: {reason}"
 )
 NO_RECORD_PLACE = r"^consume-queue entry points at no record in (\S+) at position (\d+): "
-CHUNK_BYTES = 64 << 20
 
 
 def _chunks(positions: np.ndarray, sizes: np.ndarray) -> Iterator[slice]:
