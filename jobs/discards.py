@@ -307,8 +307,8 @@ def summary_lines(history: DiscardHistory, output_root: str) -> list[str]:
     rows = (
         history.history.groupBy("outcome", "resume_futile")
         .agg(F.count(F.lit(1)).alias("n"))
-        .collect()
-    )  # one row per outcome
+        .collect()  # one row per (outcome, resume_futile): at most a dozen
+    )
     by_outcome: dict[str, int] = {}
     for row in rows:
         by_outcome[row["outcome"]] = by_outcome.get(row["outcome"], 0) + row["n"]

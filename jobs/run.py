@@ -308,7 +308,7 @@ def write_phase(
         after_commit=after_commit,
     )
     # One row per queue and topic; local rows (no Spark job).
-    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]
+    offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]  # per queue
     write_offset_fragments(offset_rows, request.output)
     summary_rows = [
         {**row.asDict(), **facts} for row in outputs.run_summary.collect()
