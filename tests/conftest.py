@@ -37,3 +37,16 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_cached_frames() -> Iterator[None]:
+    """Drop what a module's tests left cached (tests call the round with the job's
+    materializer and do not release it). The cache manager keeps every persisted frame's
+    whole plan and matches each new plan against all of them: 60 rounds' worth filled the
+    4 GiB heap, and the suite spent its time in full garbage collections. The job releases
+    its own frames, which ``tests/jobs/test_cli.py`` asserts."""
+    yield
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.catalog.clearCache()

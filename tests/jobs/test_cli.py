@@ -94,11 +94,16 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
 ) -> None:
     output = tmp_path / "out"
     args = [*_segment_args(tmp_path, output), "--as-of", str(AS_OF), "--run-id", "run-1"]
+    cache = spark._jsparkSession.sharedState().cacheManager()
+    spark.catalog.clearCache()
 
     assert main(args, spark=spark) == 0
     assert main(args, spark=spark) == 0
     # One millisecond later: the same round, and run-1 is an earlier run of this root.
     assert main([*args[:-3], str(AS_OF + 1), "--run-id", "run-2"], spark=spark) == 0
+    # Each run released what it cached: a notebook runs the job many times in one session,
+    # and every cached plan left behind slows and fills the driver.
+    assert cache.isEmpty()
 
     for table, schema in TABLE_SCHEMAS.items():
         data = read_table(output, table)
