@@ -39,12 +39,26 @@ def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
     assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
-def test_release_unpersists_what_records_cached(spark: SparkSession) -> None:
+def caches_anything(spark: SparkSession) -> bool:
+    return not spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_records_reads_the_cache_through_a_one_leaf_plan_until_released(
+    spark: SparkSession,
+) -> None:
+    spark.catalog.clearCache()
+    frame = spark.range(6).selectExpr("id % 3 AS queue_id", "id").groupBy("queue_id").count()
     materializer = SparkMaterializer()
-    cached = materializer.records(spark.range(3))
-    assert cached.is_cached
+    kept = materializer.records(frame)
+    assert caches_anything(spark)
+    # Later stages start at one leaf: the plan above the cache is not carried along.
+    plan = kept._jdf.queryExecution().analyzed().toString()
+    assert plan.startswith("LogicalRDD") and len(plan.splitlines()) == 1, plan
+    assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
     materializer.release()
-    assert not cached.is_cached
+    assert not caches_anything(spark)
+    # Released, the rows are computed again from the frame's lineage.
+    assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession) -> None:
@@ -55,7 +69,11 @@ def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession)
         assert not narrow.is_cached
         aggregated = narrow.groupBy().count()
         materializer = SparkMaterializer()
-        assert materializer.records(aggregated).is_cached
+        kept = materializer.records(aggregated)
+        assert kept is not aggregated
+        # A projection of a kept frame reads the same cache: not cached a second time.
+        projected = kept.selectExpr("count + 1 AS more")
+        assert materializer.records(projected) is projected
         materializer.release()
     finally:
         records.unpersist()
@@ -73,7 +91,7 @@ def test_a_union_left_with_one_branch_is_narrow_and_two_branches_are_not(
         assert SparkMaterializer().records(kept) is kept
         both = records.filter("queue_offset > 2").unionByName(records.filter("queue_offset < 1"))
         materializer = SparkMaterializer()
-        assert materializer.records(both).is_cached
+        assert materializer.records(both) is not both
         materializer.release()
     finally:
         records.unpersist()
