@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
 from jobs.config import load_config
 from jobs.discards import build_discard_history
-from jobs.extract import parse_as_of, read_segment_inputs, read_store_inputs
+from jobs.extract import Inputs, parse_as_of, read_segment_inputs, read_store_inputs
 from jobs.output import write_outputs
 from jobs.run import JobRequest, run_round
 from jobs.session import probe_workers
@@ -37,12 +38,27 @@ def reconcile_stores(
         settings: any ``JobConfig`` field (check_max, transaction_timeout_ms, ...).
 
     Returns:
-        ``transforms.round.RoundOutputs``.
+        ``transforms.round.RoundOutputs``. Call its ``release()`` once done with the
+        frames: it frees what the read and the round cached (the frames stay usable,
+        computed again). Each call otherwise keeps its cache, and its plans, for the
+        session's life.
     """
     config = load_config(None, dict(settings))
     probe_workers(spark)
     inputs = read_store_inputs(spark, stores, config)
-    return shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id))
+    return _releasing_inputs(
+        shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id)), inputs
+    )
+
+
+def _releasing_inputs(outputs: RoundOutputs, inputs: Inputs) -> RoundOutputs:
+    """``outputs`` whose ``release`` also frees what the read cached."""
+
+    def release() -> None:
+        outputs.release()
+        inputs.unpersist()
+
+    return replace(outputs, release=release)
 
 
 def reconcile_segments(
@@ -61,7 +77,9 @@ def reconcile_segments(
     config = load_config(None, dict(settings))
     probe_workers(spark)
     inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
-    return shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id))
+    return _releasing_inputs(
+        shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id)), inputs
+    )
 
 
 def reconcile_stores_to_delta(
@@ -108,4 +126,5 @@ def reconcile_stores_to_delta(
         )
     finally:
         discards.release()
+        state.unpersist()
         inputs.unpersist()

@@ -14,7 +14,8 @@ themselves) leaves every frame lazy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from pyspark.sql import Column, DataFrame
@@ -165,6 +166,8 @@ class RoundOutputs:
     anomalies: DataFrame
     # Added by the job (jobs.discards): the round alone does not read the discard topic.
     discard_history: DataFrame | None = None
+    # Frees what was cached to compute these frames; they stay usable, computed again.
+    release: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     def tables(self) -> dict[str, DataFrame]:
         """Name -> frame, in the order tables are written (offsets last)."""
@@ -381,6 +384,7 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
         run_summary=summary,
         bad_records=bad_records,
         anomalies=anomalies,
+        release=state.unpersist,
     )
 
 

@@ -13,6 +13,7 @@ def reconcile_live(spark, store: Path) -> list[dict]:
 
     out = reconcile_stores(spark, [f"live={store}"], as_of="latest")
     rows = [r.asDict() for r in out.run_summary.collect()]
+    out.release()
     assert rows, f"{store}: the job produced no run_summary row"
     return rows
 

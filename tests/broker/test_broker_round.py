@@ -197,17 +197,20 @@ def test_job_difference_names_on_a_simulated_round(spark, simulated_run_5x):
     recorded = load_run(simulated_run_5x)[0]
     snap = load_snapshot(recorded.snapshot, recorded.as_of_ms)
     s = recorded.settings
-    job = JobRound.from_outputs(
-        reconcile_stores(
-            spark,
-            [f"broker={recorded.snapshot}"],
-            as_of=recorded.as_of_ms,
-            check_max=s.check_max,
-            transaction_timeout_ms=s.transaction_timeout_ms,
-            file_reserved_hours=s.file_reserved_hours,
-            broker_version=s.version,
-        )
+    spark.catalog.clearCache()
+    out = reconcile_stores(
+        spark,
+        [f"broker={recorded.snapshot}"],
+        as_of=recorded.as_of_ms,
+        check_max=s.check_max,
+        transaction_timeout_ms=s.transaction_timeout_ms,
+        file_reserved_hours=s.file_reserved_hours,
+        broker_version=s.version,
     )
+    job = JobRound.from_outputs(out)
+    out.release()
+    # The notebook API's release frees what the read and the round cached.
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
     result = job_vs_broker(snap, recorded, job, SIMULATOR)
     assert not result.unexplained, result.unexplained
     names = {d.name for d in result.differences}

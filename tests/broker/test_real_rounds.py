@@ -81,6 +81,7 @@ def _job_round(spark, source: str, recorded, tmp_root: Path) -> JobRound:
                 **_broker_args(recorded),
             )
             _JOB[key] = JobRound.from_outputs(out)
+            out.release()  # 24 rounds in one session: each one's cache would stay
     return _JOB[key]
 
 
