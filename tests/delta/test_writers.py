@@ -61,6 +61,7 @@ def test_reported_row_counts_are_the_rows_written(first_runs) -> None:
         written = {t: sum(tables_of(root, "a")[t].values()) for t in TABLES}
         # discard_history is merged, not per run: its count is the rows merged in.
         written["discard_history"] = len(rows_of(root, "discard_history"))
+        written["anomalies"] = len(rows_of(root, "anomalies", "a"))
         assert counts == written, writer
     assert first_runs["delta-rs"][1] == first_runs["delta-spark"][1]
 
