@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -336,19 +337,22 @@ def run(
     started = time.time() if started is None else started
     progress = progress_printer(started)
     spark = start_session(request, config, spark)
-    inputs = read_phase(spark, request, config, progress)
-    state, bad = round_phase(spark, inputs, request, config, progress)
-    discards = discard_phase(spark, inputs, state, request, config, progress)
-    identity = [*inputs.identity, *discard_inputs(request)]
-    severe = write_phase(
-        spark, state, identity, request, config, started, progress, after_commit, discards
-    )
-    bad += discards.bad_count
-    if bad:
-        print(bad_records_line(bad, request.output, state.params.run_id))
-    discards.release()
-    state.unpersist()
-    inputs.unpersist()
+    # Released on failure too: a notebook or a test session runs the job again, and every
+    # cached plan left behind slows and fills the driver.
+    with ExitStack() as cached:
+        inputs = read_phase(spark, request, config, progress)
+        cached.callback(inputs.unpersist)
+        state, bad = round_phase(spark, inputs, request, config, progress)
+        cached.callback(state.unpersist)
+        discards = discard_phase(spark, inputs, state, request, config, progress)
+        cached.callback(discards.release)
+        identity = [*inputs.identity, *discard_inputs(request)]
+        severe = write_phase(
+            spark, state, identity, request, config, started, progress, after_commit, discards
+        )
+        bad += discards.bad_count
+        if bad:
+            print(bad_records_line(bad, request.output, state.params.run_id))
     spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears the label
     progress("done")
     if severe:
