@@ -42,6 +42,7 @@ from tests.broker.compare import (
 )
 from tests.broker.live import assert_torn_tail_only, reconcile_live
 from tests.broker.runs import load_run, write_simulated_run
+from tests.spark_cache import holds_cached_frames
 
 # Whole runs of the job: `make test-runs`, not `make test`.
 pytestmark = pytest.mark.runs
@@ -210,7 +211,7 @@ def test_job_difference_names_on_a_simulated_round(spark, simulated_run_5x):
     job = JobRound.from_outputs(out)
     out.release()
     # The notebook API's release frees what the read and the round cached.
-    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+    assert not holds_cached_frames(spark)
     result = job_vs_broker(snap, recorded, job, SIMULATOR)
     assert not result.unexplained, result.unexplained
     names = {d.name for d in result.differences}

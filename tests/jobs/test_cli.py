@@ -20,6 +20,7 @@ from tests.jobs.segments import (
     write_json_segments,
     write_parquet_segments,
 )
+from tests.spark_cache import holds_cached_frames
 
 # Whole runs of the job: `make test-runs`, not `make test`.
 pytestmark = pytest.mark.runs
@@ -94,7 +95,6 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
 ) -> None:
     output = tmp_path / "out"
     args = [*_segment_args(tmp_path, output), "--as-of", str(AS_OF), "--run-id", "run-1"]
-    cache = spark._jsparkSession.sharedState().cacheManager()
     spark.catalog.clearCache()
 
     assert main(args, spark=spark) == 0
@@ -103,7 +103,7 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
     assert main([*args[:-3], str(AS_OF + 1), "--run-id", "run-2"], spark=spark) == 0
     # Each run released what it cached: a notebook runs the job many times in one session,
     # and every cached plan left behind slows and fills the driver.
-    assert cache.isEmpty()
+    assert not holds_cached_frames(spark)
 
     for table, schema in TABLE_SCHEMAS.items():
         data = read_table(output, table)

@@ -8,6 +8,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from jobs.materialize import DriverRowsError, SparkMaterializer
+from tests.spark_cache import holds_cached_frames
 
 QUEUES = "broker STRING, queue_id INT, h0 LONG, warnings ARRAY<STRING>"
 
@@ -39,10 +40,6 @@ def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
     assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
-def caches_anything(spark: SparkSession) -> bool:
-    return not spark._jsparkSession.sharedState().cacheManager().isEmpty()
-
-
 def test_records_reads_the_cache_through_a_one_leaf_plan_until_released(
     spark: SparkSession,
 ) -> None:
@@ -50,13 +47,13 @@ def test_records_reads_the_cache_through_a_one_leaf_plan_until_released(
     frame = spark.range(6).selectExpr("id % 3 AS queue_id", "id").groupBy("queue_id").count()
     materializer = SparkMaterializer()
     kept = materializer.records(frame)
-    assert caches_anything(spark)
+    assert holds_cached_frames(spark)
     # Later stages start at one leaf: the plan above the cache is not carried along.
     plan = kept._jdf.queryExecution().analyzed().toString()
     assert plan.startswith("LogicalRDD") and len(plan.splitlines()) == 1, plan
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
     materializer.release()
-    assert not caches_anything(spark)
+    assert not holds_cached_frames(spark)
     # Released, the rows are computed again from the frame's lineage.
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
 
