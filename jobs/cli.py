@@ -261,6 +261,20 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def error_line(exc: BaseException) -> str:
+    """One line for a failure: Python's first line and, for an error raised in the JVM, the
+    innermost Java cause (Py4J's own first line only names the call, e.g.
+    ``An error occurred while calling o868.parquet.``)."""
+    line = f"{type(exc).__name__}: {_first_line(exc)}"
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return line
+    while java.getCause() is not None:
+        java = java.getCause()
+    cause = str(java.toString()).strip().splitlines()
+    return f"{line} Cause: {cause[0]}" if cause else line
+
+
 def main(
     argv: Sequence[str] | None = None,
     spark: SparkSession | None = None,
@@ -287,7 +301,7 @@ def main(
             return EXIT_FAILED
         return int(exc.code or 0)
     except Exception as exc:  # a failure while running: one line, details with --verbose
-        print(f"error: {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        print(f"error: {error_line(exc)}", file=sys.stderr)
         if "--verbose" in (argv or sys.argv):
             raise
         return EXIT_FAILED

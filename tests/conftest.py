@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.session_settings import interpret_expressions
+
 # Python workers must run this interpreter (the venv's), not the system python3.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -35,6 +37,7 @@ def spark() -> Iterator[SparkSession]:
         adaptive=False,
         driver_memory="4g",
     )
+    interpret_expressions(session)
     yield session
     session.stop()
 

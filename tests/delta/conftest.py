@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.session_settings import interpret_expressions
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
@@ -25,5 +27,6 @@ def spark() -> Iterator[SparkSession]:
         adaptive=False,
         delta=True,
     )
+    interpret_expressions(session)  # as the main suite's session (tests/conftest.py)
     yield session
     session.stop()

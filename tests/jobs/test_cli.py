@@ -224,3 +224,18 @@ def test_bad_conf_file_is_exit_2(tmp_path: Path) -> None:
         "--store", str(tmp_path), "--output", str(tmp_path / "out"), "--conf", str(conf)
     )
     assert_one_line_error(result, str(conf), "check_max")
+
+
+def test_an_error_in_the_jvm_names_its_java_cause(spark: SparkSession) -> None:
+    # Py4J's own message only names the call ("An error occurred while calling ..."); the
+    # one error line must carry the Java exception that explains it.
+    from py4j.protocol import Py4JJavaError
+
+    from jobs.cli import error_line
+
+    with pytest.raises(Py4JJavaError) as raised:
+        spark.sparkContext._jvm.java.lang.Integer.parseInt("not-a-number")
+    line = error_line(raised.value)
+    assert line.startswith("Py4JJavaError: An error occurred while calling")
+    assert 'Cause: java.lang.NumberFormatException: For input string: "not-a-number"' in line
+    assert "\n" not in line
