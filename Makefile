@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes
+.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
 
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -75,6 +75,13 @@ test-delta: $(STAMP) ## delta-spark tests in a session with Delta's jars (first 
 
 test-notebook: $(STAMP) ## Execute examples/audit.ipynb top to bottom
 	$(BIN)/python -m pytest -m notebook tests/report/test_notebook.py
+
+# On a fresh machine the slow suites first download what they run on: .ci/run starts this
+# beside lint and `make test` (it mostly waits on the network). Quick once everything is cached.
+test-prepare: $(STAMP) ## Fetch what the slow suites run on: the Airflow venv, the cluster's executor venv, Delta's jars
+	bash tests/airflow/run.sh --venv-only
+	PYTHONDONTWRITEBYTECODE=1 $(BIN)/python -m tests.cluster.executor_venv
+	$(BIN)/python -c "from jobs.session import build_session; build_session(master='local[1]', delta=True).stop()"
 
 test-airflow: ## Airflow DAG test in its own venv (~/.cache/rmq-txn-reconcile/venv-airflow)
 	bash tests/airflow/run.sh

@@ -7,6 +7,7 @@
 # names the same pins; delete the folder (or set AIRFLOW_TEST_VENV) to start afresh.
 #
 #   bash tests/airflow/run.sh [pytest args...]
+#   bash tests/airflow/run.sh --venv-only     # create (or check) the venv, run nothing
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,6 +30,10 @@ if [[ ! -x "$venv/bin/python" || "$(cat "$marker" 2>/dev/null)" != "${pins[*]}" 
     echo "airflow test venv: ready in $(( $(date +%s) - start )) s"
 else
     echo "airflow test venv: reusing $venv"
+fi
+
+if [[ "${1:-}" == "--venv-only" ]]; then
+    exit 0
 fi
 
 # No database, no scheduler: a throwaway AIRFLOW_HOME keeps the user's own untouched.
