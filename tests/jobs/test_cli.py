@@ -227,15 +227,18 @@ def test_bad_conf_file_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_an_error_in_the_jvm_names_its_java_cause(spark: SparkSession) -> None:
-    # Py4J's own message only names the call ("An error occurred while calling ..."); the
-    # one error line must carry the Java exception that explains it.
+    # Py4J's own message only names the call ("An error occurred while calling o1.get."); the
+    # one error line must carry the innermost Java exception, the one that explains it.
     from py4j.protocol import Py4JJavaError
 
     from jobs.cli import error_line
 
+    jvm = spark.sparkContext._jvm
+    future = jvm.java.util.concurrent.CompletableFuture()
+    future.completeExceptionally(jvm.java.io.IOException("No space left on device"))
     with pytest.raises(Py4JJavaError) as raised:
-        spark.sparkContext._jvm.java.lang.Integer.parseInt("not-a-number")
+        future.get()  # an ExecutionException caused by the IOException
     line = error_line(raised.value)
     assert line.startswith("Py4JJavaError: An error occurred while calling")
-    assert 'Cause: java.lang.NumberFormatException: For input string: "not-a-number"' in line
+    assert line.endswith("Cause: java.io.IOException: No space left on device")
     assert "\n" not in line
