@@ -9,8 +9,10 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
+from jobs.cli import error_line
 from jobs.reconcile import main
 from schemas.outputs import TABLE_SCHEMAS
 from tests.jobs.segments import (
@@ -229,10 +231,6 @@ def test_bad_conf_file_is_exit_2(tmp_path: Path) -> None:
 def test_an_error_in_the_jvm_names_its_java_cause(spark: SparkSession) -> None:
     # Py4J's own message only names the call ("An error occurred while calling o1.get."); the
     # one error line must carry the innermost Java exception, the one that explains it.
-    from py4j.protocol import Py4JJavaError
-
-    from jobs.cli import error_line
-
     jvm = spark.sparkContext._jvm
     future = jvm.java.util.concurrent.CompletableFuture()
     future.completeExceptionally(jvm.java.io.IOException("No space left on device"))
