@@ -46,7 +46,7 @@ class JobConfig:
     writer: str
     catalog_schema: str  # empty: tables are not registered in a catalog
     fail_on: str  # empty, "warning" or "critical": exit 3 when anomalies that severe exist
-    # Thresholds of the anomaly rules ([anomalies], docs/anomalies.md).
+    # Thresholds of the anomaly rules ([anomalies], docs/spec/anomalies.md).
     slow_producer_percent: int
     slow_producer_min_transactions: int
     op_backlog_records: int

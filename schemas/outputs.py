@@ -182,7 +182,7 @@ DISCARD_HISTORY = T.StructType(
     + RUN_COLUMNS
 )
 
-# One row per finding of the anomaly rules (transforms.anomalies, docs/anomalies.md).
+# One row per finding of the anomaly rules (transforms.anomalies, docs/spec/anomalies.md).
 # uniq_key, half_offset and op_offset are null for queue- or group-level findings.
 ANOMALY = T.StructType(
     [

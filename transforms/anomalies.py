@@ -1,4 +1,4 @@
-"""The anomalies table (docs/anomalies.md): what the broker gets wrong or will waste, one row
+"""The anomalies table (docs/spec/anomalies.md): what the broker gets wrong or will waste, one row
 per finding, with the number each rule measured and the threshold it was compared with.
 
 Each rule is one function over the round's own frames (``RoundEvidence`` beside the pending

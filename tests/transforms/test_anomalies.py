@@ -1,4 +1,4 @@
-"""The anomaly rules (transforms/anomalies.py, docs/anomalies.md): for each kind, a case that
+"""The anomaly rules (transforms/anomalies.py, docs/spec/anomalies.md): for each kind, a case that
 builds its situation and the nearest non-case, with the exact rows expected.
 
 Like the worked cases, the round-level kinds run in one round computed once for the module,
