@@ -151,12 +151,12 @@ def longest_pending_table(run: RunTables) -> str:
 def anomaly_sections(run: RunTables) -> list[str]:
     """The HTML of both sections, headings included, in page order."""
     return [
-        "<h2>Anomalies</h2>",
+        '<h2 id="anomalies">Anomalies</h2>',
         '<p class="note">What the broker gets wrong or will waste (docs/anomalies.md):'
         " one row per finding in the anomalies table, with the number each rule measured.</p>",
         anomalies_by_kind(run),
         anomalies_table(run),
-        "<h2>Pending across runs</h2>",
+        '<h2 id="pending-across-runs">Pending across runs</h2>',
         '<p class="note">Since when each pending transaction has been pending in this output'
         " root (pending.pending_since_ms, first_seen_run_id): a transaction that earlier runs"
         " also had pending keeps its first sighting.</p>",

@@ -338,6 +338,18 @@ def test_discard_history_section_with_the_resume_arguments(output, tmp_path) -> 
     assert "2 unresolved, of which 1 would be discarded again" in section
 
 
+def test_the_issue_15_sections_have_anchors_in_page_order(output, tmp_path) -> None:
+    out, _ = output
+    text = report.write_report(out, html_path=tmp_path / "r.html").read_text()
+
+    headings = [
+        text.find(f'<h2 id="{name}">')
+        for name in ("anomalies", "pending-across-runs", "discard-history")
+    ]
+    assert -1 not in headings, headings
+    assert headings == sorted(headings)
+
+
 def test_a_run_with_nothing_pending_still_has_every_plot(tmp_path) -> None:
     out = tmp_path / "out"
     for table, schema in TABLE_SCHEMAS.items():
