@@ -371,7 +371,9 @@ def _history(out: Path) -> list[dict]:
 
 def test_discard_history_alike_when_the_discard_consume_queue_is_gone(runs: Runs) -> None:
     """The second run read TRANS_CHECK_MAX_TIME_TOPIC by scanning the commit log (its note
-    says so) and wrote the same rows as the first, which read the consume queue."""
+    says so) and wrote the same rows as the first, which read the consume queue. The runs'
+    settings differ only in what discard_history does not read (the anomaly thresholds,
+    check_interval_ms, broker_version: it reads check_max, the retention and T)."""
     scanned = f"note: discards: no consume queue for {DISCARD_TOPIC}: queues rebuilt"
     assert [scanned in printed for printed in runs.printed] == [False, True]
     first = _history(runs.cases)
