@@ -486,19 +486,32 @@ def system_topic_or_delay(pending: DataFrame) -> DataFrame:
 
 def op_stall_4_9(evidence: RoundEvidence, queues: DataFrame, params: RoundParams) -> DataFrame:
     """On a 4.9 broker, an op record with another tag than ``d`` at the new op offset p1: such
-    a broker never marks it done, so its op offset stays there for good (p_safe passes it)."""
+    a broker never marks it done, so its op offset stays there for good. p_safe does not
+    stop at it, but stops before it when an op record before it names a half offset from
+    h_safe on (done for h1, not for h_safe): ``detail`` says whether installing p_safe
+    passes it."""
     ahead = _ops_from_p0(evidence, queues)
     other_tag = ~F.coalesce(is_remove_op(), F.lit(False))
     stalled = ahead.filter(
         F.lit(params.broker_version == "4.9") & (F.col("queue_offset") == F.col("p1")) & other_tag
     )
+    cure = F.when(
+        F.col("p_safe") > F.col("queue_offset"),
+        F.format_string("installing p_safe %d passes it", F.col("p_safe")),
+    ).otherwise(
+        F.format_string(
+            "p_safe %d stops before it (an op record before it names a half offset the broker"
+            " has yet to pass), so installing p_safe does not pass it yet",
+            F.col("p_safe"),
+        )
+    )
     detail = F.format_string(
         "op record at op offset %d has tag %s, not d: a 4.9 broker never marks it done, so its"
-        " op offset stays at %d for good; installing p_safe %d passes it",
+        " op offset stays at %d for good; %s",
         F.col("queue_offset"),
         F.coalesce(F.col("tags"), F.lit("(none)")),
         F.col("p1"),
-        F.col("p_safe"),
+        cure,
     )
     return _finding(
         stalled,

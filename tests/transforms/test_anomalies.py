@@ -429,6 +429,23 @@ def test_op_stall_4_9_at_the_op_offset(spark: SparkSession) -> None:
     assert op_stall_4_9(evidence, at_d, params(broker_version="4.9")).count() == 0
 
 
+def test_op_stall_4_9_says_when_p_safe_stops_before_it(spark: SparkSession) -> None:
+    """Op 0 names half 1, below h1 = 2 (done for p1) but not below h_safe = 0 (half 0 is
+    pending): p_safe stops at op 0, before the x record at p1 = 1, and installing it does
+    not pass the stall yet."""
+    evidence = _evidence(spark, [op(0, "1"), op(1, "", tag="x")])
+    queues = spark.createDataFrame([("b", 0, 0, 2, 0, 1, 0)], QUEUES_DDL)
+
+    (found,) = op_stall_4_9(evidence, queues, params(broker_version="4.9")).collect()
+
+    assert (found["op_offset"], found["value"]) == (1, 1.0)
+    assert found["detail"] == (
+        "op record at op offset 1 has tag x, not d: a 4.9 broker never marks it done, so its op"
+        " offset stays at 1 for good; p_safe 0 stops before it (an op record before it names a"
+        " half offset the broker has yet to pass), so installing p_safe does not pass it yet"
+    )
+
+
 SUMMARY_COLUMNS = "broker STRING, queue_id INT, h0 BIGINT, p0 BIGINT, check BIGINT, immune BIGINT, discard_check_max BIGINT, discard_expired BIGINT, too_young BIGINT, not_reached BIGINT"
 EARLIER_DDL = "broker STRING, queue_id INT, as_of_ms BIGINT, h0 BIGINT, p0 BIGINT"
 

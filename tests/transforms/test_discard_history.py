@@ -241,3 +241,49 @@ def test_a_discard_after_only_immunity_copies_is_a_finding_and_a_check_copy_is_n
         "discard record 20 (TRANS_CHECK_MAX_TIME_TOPIC, counter 15): half offset 20 was put"
         " back 2 time(s) for its immunity and never checked before the broker discarded it"
     )
+
+
+def test_unknown_wins_over_pending_again_and_pending_again_over_committed(
+    spark: SparkSession,
+) -> None:
+    """Outcome precedence, each with its nearest non-case. K60 (broker c) has a resumed copy
+    pending, but no half record and no op record of c reaching back to the discard: unknown
+    (a run's pending rows are half records too, so a store cannot show both; the rule
+    order is what is tested). K62 (broker e) is the same with e's ops reaching back:
+    pending_again. K61 was committed after its discard and a resumed copy is pending:
+    pending_again. K63 is committed alike, its pending record stored before the discard
+    (the discarded copy itself): committed."""
+    h61, h63 = _h(61, "K61", 15, 40 * S), _h(63, "K63", 15, 40 * S)
+    records = [
+        h61,
+        h63,
+        op(0, "99,", stored_age_ms=30 * S),  # b's ops reach back past its discards
+        op(0, "99,", stored_age_ms=30 * S, broker="e"),
+    ]
+    discards = [
+        discard(60, "K60", 16, 100 * S, broker="c"),
+        discard(62, "K62", 16, 100 * S, broker="e"),
+        discard(61, "K61", 16, 100 * S),
+        discard(63, "K63", 16, 100 * S),
+    ]
+    pending = spark.createDataFrame(
+        [("c", "K60", T - 5 * S), ("e", "K62", T - 5 * S), (BROKER, "K61", T - 5 * S)]
+        + [(BROKER, "K63", T - 40 * S)],
+        "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
+    )
+    readable = spark.createDataFrame(
+        [(BROKER, "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
+    )
+    commits = [commit(h61, 5 * S), commit(h63, 5 * S)]
+    evidence = evidence_from(
+        frame(spark, records), frame(spark, discards), pending, frame(spark, commits), readable
+    )
+
+    out = discard_history(evidence, params()).collect()
+
+    assert sorted((r["broker"], r["discard_offset"], r["outcome"]) for r in out) == [
+        ("b", 61, "pending_again"),
+        ("b", 63, "committed"),
+        ("c", 60, "unknown"),
+        ("e", 62, "pending_again"),
+    ]
