@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.job import AS_OF_MS, job_env, run_job
 from bench.measure import run_measured
+from bench.report import PHASES
 from bench.stores import REPO, bench_root, ensure_stores
 
 SAMPLE_TRANSACTIONS = 3000  # the Makefile's SAMPLE_TRANSACTIONS
@@ -102,8 +103,23 @@ def line(name: str, pair: dict) -> str:
         f"{name:16s} job {j['wall_s']:6.1f} s wall {j['cpu_s']:6.1f} s CPU (load {j['load_1m']:5.2f})"
         f" | bare Spark {b['wall_s']:5.1f} s wall {b['cpu_s']:5.1f} s CPU (load {b['load_1m']:5.2f})"
         f" | ratio {pair['ratio_wall']:.2f}x wall {pair['ratio_cpu']:.2f}x CPU"
-        f" | Spark jobs: {ROUND_PHASE} {j['round_jobs']}, {WRITE_PHASE} {j['write_jobs']}"
+        f" | Spark jobs: {_jobs_per_phase(j)}"
     )
+
+
+def _jobs_per_phase(job_figures: dict) -> str:
+    """Spark jobs per phase in the job's order (``bench.report.PHASES``): since issue 15 the
+    discard history and the anomaly rules run as many jobs as the round. Figures without
+    the per-phase map (older JSON) give the round and the write phase."""
+    phases = job_figures.get("phases")
+    if not phases:
+        return (
+            f"{ROUND_PHASE} {job_figures['round_jobs']}, {WRITE_PHASE} {job_figures['write_jobs']}"
+        )
+    named = [name for name in PHASES if name in phases]
+    named += [name for name in phases if name not in PHASES]
+    parts = [f"{name} {phases[name]['jobs']}" for name in named]
+    return ", ".join(parts) + f" (all {sum(phases[name]['jobs'] for name in named)})"
 
 
 def summary(results: list[dict]) -> dict:

@@ -37,3 +37,20 @@ def test_each_line_names_the_load_beside_its_figures() -> None:
     text = line("sample pair 1", _pair(30, 10, 55))
     assert "(load  1.50)" in text and "(load  1.25)" in text
     assert "resolve and classify 55, write 19" in text
+
+
+def test_each_line_counts_the_jobs_of_every_phase_in_the_job_order() -> None:
+    pair = _pair(30, 10, 45)
+    pair["job"]["phases"] = {
+        "write": {"jobs": 29, "wall_s": 8.5},
+        "(unlabelled)": {"jobs": 1, "wall_s": 1.6},
+        "decode": {"jobs": 3, "wall_s": 3.1},
+        "discard history": {"jobs": 40, "wall_s": 10.0},
+        "resolve and classify": {"jobs": 45, "wall_s": 7.7},
+    }
+    text = line("sample pair 1", pair)
+    expected = (
+        "Spark jobs: decode 3, resolve and classify 45, discard history 40, write 29,"
+        " (unlabelled) 1 (all 118)"
+    )
+    assert expected in text
