@@ -391,8 +391,12 @@ def _chromium() -> str | None:
     return None
 
 
+# The window of every browser call: the first screenshot is the top of the page in it.
+TOP_WINDOW = (1280, 2400)
+
+
 def _browse(
-    browser: str, page: Path, *mode: str, window: tuple[int, int] = (1280, 2400)
+    browser: str, page: Path, *mode: str, window: tuple[int, int] = TOP_WINDOW
 ) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as profile:
         return subprocess.run(
@@ -482,7 +486,7 @@ def test_page_loads_in_chromium_with_every_plot(browser, page) -> None:
 
 
 def _screenshot(
-    browser: str, page: Path, path: Path, window: tuple[int, int] = (1280, 2400)
+    browser: str, page: Path, path: Path, window: tuple[int, int] = TOP_WINDOW
 ) -> list[bytes]:
     """Take a screenshot of the window into ``path`` and return its rows of RGB pixels, after
     checking its size and that it is not blank; prints where it is and what it holds."""
