@@ -1,5 +1,5 @@
-"""How the job materialises a round: the one place that decides what is cached, what is
-brought to the driver, and whether the records from h0 are broadcast.
+"""How the job materialises a round: the one place that decides where a frame's lineage is
+cut, what is brought to the driver, and whether the records from h0 are broadcast.
 
 ``transforms.round`` asks a ``Materializer`` at those points and never decides itself, so
 the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
 # Up to this many records from h0 (bounded by the queues' offsets), the round's joins
@@ -67,22 +66,21 @@ def is_narrow_over_cache(frame: DataFrame) -> bool:
     return _narrow(_first_path(query.optimizedPlan().toString()))
 
 
-def over_cache(cached: DataFrame) -> DataFrame:
-    """A persisted frame as a frame whose plan is one leaf that reads its cache.
+def cut_lineage(frame: DataFrame) -> DataFrame:
+    """``frame`` as a frame whose plan is one leaf over its computed rows.
 
-    Later stages built on the persisted frame itself carry its whole plan: Spark analyses
-    it again at every step and matches it against the cache, and the anomaly rules and the
-    run summary planned hundreds of operators (docs/benchmarks.md). Here the rows still
-    come from the cache (columnar, memory then disk, released by ``release``), but the
-    plan above them starts at a leaf. Spark's own local checkpoint cuts the plan the same
-    way, but keeps a second, row-wise copy of the rows, which ran a 1 GiB driver out of
-    heap. With adaptive execution the frame's shuffles run here, not at the first action:
-    every frame kept this way is read by later stages anyway.
+    Later stages built on the frame itself carry its whole plan: Spark analyses it again
+    at every step, and the anomaly rules and the run summary planned hundreds of operators
+    (docs/benchmarks.md). Here the frame's shuffles run once, now (adaptive execution
+    runs them when the plan is turned into an RDD); each later action reads their outputs
+    and runs only the frame's last stage again. Spark's own local checkpoint cuts the
+    plan the same way but keeps a row-wise copy of every row, which ran a 1 GiB driver
+    out of heap.
     """
-    session = cached.sparkSession
+    session = frame.sparkSession
     jsession = session._jsparkSession
-    rows = cached._jdf.queryExecution().toRdd()
-    schema = jsession.parseDataType(cached.schema.json())
+    rows = frame._jdf.queryExecution().toRdd()
+    schema = jsession.parseDataType(frame.schema.json())
     return DataFrame(jsession.internalCreateDataFrame(rows, schema, False), session)
 
 
@@ -91,26 +89,30 @@ class DriverRowsError(RuntimeError):
 
 
 class SparkMaterializer:
-    """Caches record-level frames (memory, spilling to disk), localises per-queue frames,
-    and bounds the records from h0 to choose broadcast or shuffle."""
+    """Cuts the lineage of record-level frames, localises per-queue frames, and bounds the
+    records from h0 to choose broadcast or shuffle."""
 
     def __init__(
         self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
     ) -> None:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
-        self._cached: list[DataFrame] = []
 
     def records(self, frame: DataFrame) -> DataFrame:
-        """Cache a frame several stages read, unless it is only a projection or filter of
-        data that is cached already (the store reader's records when every queue offset
-        is unique): recomputing it is a scan of that cache, and a second copy of every
-        record would double the round's memory."""
+        """A frame several stages read, computed up to its shuffle outputs and cut to one
+        leaf over them (``cut_lineage``), unless it is only a projection or filter of data
+        cached already (the store reader's records when every queue offset is unique),
+        which a reader rescans anyway.
+
+        Not persisted: until 2026-11-25 this persisted the frame too, but the cut plan
+        read the frame's own plan, planned before the cache existed, so the cache was
+        never filled and the run paid for the cache manager's planning of every frame
+        for nothing (docs/benchmarks.md, "The cache that was never read"). Filling a
+        real cache instead was no faster at 1m and slower on the sample, and would hold
+        the exploded op items of a 16m store in memory."""
         if is_narrow_over_cache(frame):
             return frame
-        cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
-        self._cached.append(cached)
-        return over_cache(cached)
+        return cut_lineage(frame)
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """Bring a per-queue frame to the driver and back as a local relation. Without it,
@@ -136,6 +138,5 @@ class SparkMaterializer:
         return sum(row["rows"] for row in rows) <= self.broadcast_rows
 
     def release(self) -> None:
-        for frame in self._cached:
-            frame.unpersist()
-        self._cached.clear()
+        """Nothing to free: ``records`` keeps no cache (Spark drops the shuffle outputs
+        behind a cut frame once nothing references it)."""

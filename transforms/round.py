@@ -8,7 +8,7 @@ output tables from it. ``reconcile`` runs both.
 Nothing here runs a Spark job by itself. Where the round would profit from caching a
 frame several stages read, from bringing a per-queue frame to the driver, or from
 broadcasting the records from h0, it asks a ``Materializer`` passed in: the job's
-(``jobs.materialize``) caches and collects; ``LAZY`` (tests, notebooks that materialise
+(``jobs.materialize``) cuts lineages and collects; ``LAZY`` (tests, notebooks that materialise
 themselves) leaves every frame lazy.
 """
 
@@ -78,7 +78,8 @@ class Materializer(Protocol):
     """How a round's shared frames are materialised; decided by the caller (``jobs/``)."""
 
     def records(self, frame: DataFrame) -> DataFrame:
-        """A record-level frame several stages read (the job caches it)."""
+        """A record-level frame several stages read (the job runs its shuffles once and cuts
+        its lineage)."""
         ...
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
@@ -92,7 +93,7 @@ class Materializer(Protocol):
         ...
 
     def release(self) -> None:
-        """Free whatever ``records`` cached."""
+        """Free whatever ``records`` kept."""
         ...
 
 

@@ -40,21 +40,19 @@ def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
     assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
-def test_records_reads_the_cache_through_a_one_leaf_plan_until_released(
-    spark: SparkSession,
-) -> None:
+def test_records_cuts_the_lineage_to_one_leaf_and_caches_nothing(spark: SparkSession) -> None:
     spark.catalog.clearCache()
     frame = spark.range(6).selectExpr("id % 3 AS queue_id", "id").groupBy("queue_id").count()
     materializer = SparkMaterializer()
     kept = materializer.records(frame)
-    assert holds_cached_frames(spark)
-    # Later stages start at one leaf: the plan above the cache is not carried along.
+    # Later stages start at one leaf: the plan above the cut is not carried along.
     plan = kept._jdf.queryExecution().analyzed().toString()
     assert plan.startswith("LogicalRDD") and len(plan.splitlines()) == 1, plan
+    # Nothing is registered with the cache manager: a cache that the cut plan would not
+    # read is planning for nothing.
+    assert not holds_cached_frames(spark)
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
     materializer.release()
-    assert not holds_cached_frames(spark)
-    # Released, the rows are computed again from the frame's lineage.
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
 
 
@@ -68,7 +66,7 @@ def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession)
         materializer = SparkMaterializer()
         kept = materializer.records(aggregated)
         assert kept is not aggregated
-        # A projection of a kept frame reads the same cache: not cached a second time.
+        # A projection of a kept frame reads the same cut: not cut a second time.
         projected = kept.selectExpr("count + 1 AS more")
         assert materializer.records(projected) is projected
         materializer.release()
