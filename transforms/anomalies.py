@@ -31,7 +31,13 @@ from schemas.outputs import (
 )
 from transforms.classify import with_round_class
 from transforms.messages import QUEUE_KEY
-from transforms.ops import HALF_OFFSET, OP_OFFSET, is_remove_op, largest_named_offset
+from transforms.ops import (
+    HALF_OFFSET,
+    OP_OFFSET,
+    OP_STORE_MS,
+    is_remove_op,
+    largest_named_offset,
+)
 from transforms.params import RoundParams
 from transforms.resolve import TRANSACTION_KEY
 
@@ -266,13 +272,8 @@ def _transaction_timings(evidence: RoundEvidence, transactions: DataFrame) -> Da
     only immunity copies carry)."""
     keys = [*QUEUE_KEY, TRANSACTION_KEY]
     records = evidence.half.join(transactions.select(*keys), keys, how="left_semi")
-    op_times = evidence.ops.select(
-        *QUEUE_KEY,
-        F.col("queue_offset").alias(OP_OFFSET),
-        F.col("store_timestamp_ms").alias("op_at"),
-    )
-    naming = evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull()).join(
-        op_times, [*QUEUE_KEY, OP_OFFSET], how="inner"
+    naming = evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
+        *QUEUE_KEY, HALF_OFFSET, F.col(OP_STORE_MS).alias("op_at")
     )
     by_offset = records.join(
         naming.withColumnRenamed(HALF_OFFSET, "queue_offset"), [*QUEUE_KEY, "queue_offset"], "inner"

@@ -17,6 +17,7 @@ OP_ITEM_SEPARATOR = ","
 ITEM_TEXT = "item_text"
 HALF_OFFSET = "half_offset"
 OP_OFFSET = "op_offset"
+OP_STORE_MS = "op_store_ms"
 
 
 def is_remove_op() -> Column:
@@ -24,29 +25,33 @@ def is_remove_op() -> Column:
     return F.col("tags") == REMOVE_TAG
 
 
-def op_body_items(ops: DataFrame, *carried: Column | str) -> DataFrame:
-    """One row per non-empty item (``item_text``) of each ``d`` op body, with the
-    ``carried`` columns of its op record. The body is decoded as UTF-8; invalid bytes
-    become replacement characters and so make the item unparsable rather than silently
-    different. The one place op bodies are split (the round, the discard history)."""
+def explode_op_items(ops: DataFrame) -> DataFrame:
+    """One row per non-empty item of each ``d`` op body: the one place op bodies are split
+    (the round does it once; the anomaly rules and the discard history read its items).
+    The body is decoded as UTF-8; invalid bytes become replacement characters and so make
+    the item unparsable rather than silently different.
+
+    Returns ``broker, queue_id, op_offset, op_store_ms, source, position, item_text,
+    half_offset``; ``half_offset`` is null for an item that does not parse (a bad record
+    that names nothing). ``op_store_ms`` is the op record's store time: when the half
+    record it names was resolved (its readers need no second join with the op records).
+    """
     # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
     items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
+    carried = (
+        "broker",
+        "queue_id",
+        F.col("queue_offset").alias(OP_OFFSET),
+        F.col("store_timestamp_ms").alias(OP_STORE_MS),
+        "source",
+        "position",
+    )
     return (
         ops.filter(is_remove_op() & F.col("body").isNotNull())
         .select(*carried, F.explode(items).alias(ITEM_TEXT))
         .filter(F.col(ITEM_TEXT) != "")
+        .withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
     )
-
-
-def explode_op_items(ops: DataFrame) -> DataFrame:
-    """One row per non-empty item of each ``d`` op body (``op_body_items``).
-
-    Returns ``broker, queue_id, op_offset, source, position, item_text, half_offset``;
-    ``half_offset`` is null for an item that does not parse (a bad record that names
-    nothing).
-    """
-    carried = ("broker", "queue_id", F.col("queue_offset").alias(OP_OFFSET), "source", "position")
-    return op_body_items(ops, *carried).withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
 
 
 def named_offsets(op_items: DataFrame) -> DataFrame:

@@ -7,8 +7,10 @@ from pyspark.sql import SparkSession
 
 from transforms.ops import explode_op_items
 
-OPS = "broker STRING, queue_id INT, queue_offset BIGINT, source STRING, position BIGINT, tags STRING, body BINARY"
-ITEMS = "broker STRING, queue_id INT, op_offset BIGINT, source STRING, position BIGINT, item_text STRING, half_offset BIGINT"
+OPS = "broker STRING, queue_id INT, queue_offset BIGINT, store_timestamp_ms BIGINT, source STRING,"
+OPS += " position BIGINT, tags STRING, body BINARY"
+ITEMS = "broker STRING, queue_id INT, op_offset BIGINT, op_store_ms BIGINT, source STRING,"
+ITEMS += " position BIGINT, item_text STRING, half_offset BIGINT"
 
 
 def test_explode_op_items_reads_both_body_styles_and_keeps_bad_items(
@@ -16,24 +18,24 @@ def test_explode_op_items_reads_both_body_styles_and_keeps_bad_items(
 ) -> None:
     ops = spark.createDataFrame(
         [
-            ("b", 0, 0, "f", 10, "d", bytearray(b"12")),  # 4.9: one offset per record
-            ("b", 0, 1, "f", 20, "d", bytearray(b"7,9,8,")),  # 5.x: a batch, trailing comma
-            ("b", 0, 2, "f", 30, "d", bytearray(b"1,,x,")),  # an empty item is skipped
-            ("b", 0, 3, "f", 40, "d", bytearray(b"\xff5,")),  # invalid UTF-8: unparsable
-            ("b", 0, 4, "f", 50, "x", bytearray(b"3")),  # another tag names nothing
-            ("b", 0, 5, "f", 60, "d", None),
+            ("b", 0, 0, 1000, "f", 10, "d", bytearray(b"12")),  # 4.9: one offset per record
+            ("b", 0, 1, 1001, "f", 20, "d", bytearray(b"7,9,8,")),  # 5.x: a batch, trailing comma
+            ("b", 0, 2, 1002, "f", 30, "d", bytearray(b"1,,x,")),  # an empty item is skipped
+            ("b", 0, 3, 1003, "f", 40, "d", bytearray(b"\xff5,")),  # invalid UTF-8: unparsable
+            ("b", 0, 4, 1004, "f", 50, "x", bytearray(b"3")),  # another tag names nothing
+            ("b", 0, 5, 1005, "f", 60, "d", None),
         ],
         OPS,
     )
     expected = spark.createDataFrame(
         [
-            ("b", 0, 0, "f", 10, "12", 12),
-            ("b", 0, 1, "f", 20, "7", 7),
-            ("b", 0, 1, "f", 20, "9", 9),
-            ("b", 0, 1, "f", 20, "8", 8),
-            ("b", 0, 2, "f", 30, "1", 1),
-            ("b", 0, 2, "f", 30, "x", None),
-            ("b", 0, 3, "f", 40, "\ufffd5", None),
+            ("b", 0, 0, 1000, "f", 10, "12", 12),
+            ("b", 0, 1, 1001, "f", 20, "7", 7),
+            ("b", 0, 1, 1001, "f", 20, "9", 9),
+            ("b", 0, 1, 1001, "f", 20, "8", 8),
+            ("b", 0, 2, 1002, "f", 30, "1", 1),
+            ("b", 0, 2, 1002, "f", 30, "x", None),
+            ("b", 0, 3, 1003, "f", 40, "\ufffd5", None),
         ],
         ITEMS,
     )
