@@ -258,17 +258,24 @@ def build_discard_history(
     spark: SparkSession,
     request: JobRequest,
     config: JobConfig,
-    messages: DataFrame,
     state: RoundState,
 ) -> DiscardHistory:
-    """Read the discard records and the evidence beside the round's own records
-    (``messages``: half and op records; ``state``: the round, for its pending rows and bad
-    records), and decide every discard record's row. The rows and bad records are cached:
-    the writer and the summary both read them."""
+    """Read the discard records and the evidence beside the round's own frames (``state``:
+    its half, op and op-item records, pending rows and bad records), and decide every
+    discard record's row. The rows and bad records are cached: the writer and the summary
+    both read them."""
     params, pending = state.params, state.pending
+    if state.evidence is None:
+        raise ValueError("the discard history reads the round's records: this round kept none")
+    kept: list[DataFrame] = []
+
+    def keep(frame: DataFrame) -> DataFrame:
+        kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return kept[-1]
+
     read = _read_discards(spark, request, config)
     usable, bad = _usable(read, params.as_of_ms)
-    usable = usable.persist(StorageLevel.MEMORY_AND_DISK)
+    usable = keep(usable)
     named = named_real_queues(usable, params.as_of_ms) if request.stores else []
     queues = readable_queues(request.stores, named)
     commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
@@ -279,26 +286,35 @@ def build_discard_history(
         history = spark.createDataFrame([], DISCARD_HISTORY)
         unchecked = spark.createDataFrame([], ANOMALY)
     else:
-        evidence = evidence_from(messages, usable, pending, commits, readable)
+        # The discarded transactions' half records are cached: the history's rules and the
+        # findings below read them, and each read of them is a scan of every half record.
+        evidence = evidence_from(
+            state.evidence, usable, pending, commits, readable, params.as_of_ms, keep
+        )
         history = discard_history(evidence, params)
-        unchecked = discarded_without_check(discarded_unchecked(evidence, params.as_of_ms))
-    history = history.persist(StorageLevel.MEMORY_AND_DISK)
-    unchecked = unchecked.persist(StorageLevel.MEMORY_AND_DISK)
-    bad = _not_reported(bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames())), state)
-    bad = bad.persist(StorageLevel.MEMORY_AND_DISK)
+        unchecked = discarded_without_check(discarded_unchecked(evidence))
+    history, unchecked = keep(history), keep(unchecked)
+    bad = keep(bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames())))
+    if bad.isEmpty():
+        # The usual case: no bad discard record, and the round's own bad records (a
+        # recomputation of their stage) need not be read to drop the ones it reported.
+        bad_count = 0
+    else:
+        bad = keep(_not_reported(bad, state))
+        bad_count = bad.count()
     counts = {
         row["broker"]: row["discard_history_rows"]
         for row in discard_history_counts(history).collect()  # one row per broker
     }
 
     def release() -> None:
-        for frame in (history, unchecked, bad, usable):
+        for frame in kept:
             frame.unpersist()
         release_real()
         read.release()
 
     notes = [*read.notes, *_unread_queue_notes(named, queues)]
-    return DiscardHistory(history, unchecked, bad, counts, bad.count(), notes, release)
+    return DiscardHistory(history, unchecked, bad, counts, bad_count, notes, release)
 
 
 def summary_lines(history: DiscardHistory, output_root: str) -> list[str]:

@@ -109,7 +109,7 @@ def reconcile_stores_to_delta(
     inputs = read_store_inputs(spark, stores, config).persist()
     state = run_round(inputs, config, parse_as_of(str(as_of)), run_id)
     request = JobRequest(output=output, as_of=state.params.as_of_ms, stores=tuple(stores))
-    discards = build_discard_history(spark, request, config, inputs.messages, state)
+    discards = build_discard_history(spark, request, config, state)
     try:
         outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
         outputs = discards.apply(outputs, state.params)

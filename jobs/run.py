@@ -248,7 +248,7 @@ def discard_phase(
     """The discard history (``jobs.discards``): a small read of its own beside the round;
     ``--strict`` fails on a bad discard record too."""
     _phase(spark, "discard history")
-    history = build_discard_history(spark, request, config, inputs.messages, state)
+    history = build_discard_history(spark, request, config, state)
     progress(
         f"discard history: {sum(history.counts.values())} discard records, {history.bad_count} bad"
     )

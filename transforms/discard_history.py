@@ -15,6 +15,7 @@ Pure ``DataFrame -> DataFrame``; reading the evidence is the job's (``jobs.disca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -23,10 +24,10 @@ from pyspark.sql import types as T
 
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
-from transforms.messages import is_half, is_op, offset_msg_id, stored_before, with_half_fields
-from transforms.ops import ITEM_TEXT, op_body_items
+from transforms.anomalies import RoundEvidence
+from transforms.messages import offset_msg_id, stored_before, with_half_fields
+from transforms.ops import HALF_OFFSET, OP_STORE_MS
 from transforms.params import RoundParams
-from transforms.parsing import parse_java_long
 
 # reason
 CHECK_MAX = "check_max"
@@ -56,11 +57,13 @@ class DiscardEvidence:
     transform cuts at T) unless said otherwise.
 
     Attributes:
-        discards: records of ``TRANS_CHECK_MAX_TIME_TOPIC`` (message columns with the
-            ``properties`` map or the property columns), duplicates already removed.
-        half: readable half records (lean or full message columns).
+        as_of_ms: T, which ``rows`` and ``linked`` were cut at.
+        rows: ``discard_rows``: one row per discard record stored before T.
+        linked: ``transaction_halves`` of ``rows``: the half records of the discarded
+            transactions, read once from all half records and then by every rule (the
+            job keeps it: it is small, the half queue is not).
         op_items: ``broker, queue_id, half_offset, op_store_ms``: what each ``d`` op record
-            names, with the op record's store time.
+            names, with the op record's store time (the round's op items).
         op_store_times: ``broker, store_timestamp_ms`` of every readable op record.
         pending: this round's pending rows (at least ``broker``, ``uniq_key``,
             ``store_timestamp_ms``).
@@ -69,8 +72,9 @@ class DiscardEvidence:
         readable_queues: ``broker, topic, queue_id`` of the real queues that could be read.
     """
 
-    discards: DataFrame
-    half: DataFrame
+    as_of_ms: int
+    rows: DataFrame
+    linked: DataFrame
     op_items: DataFrame
     op_store_times: DataFrame
     pending: DataFrame
@@ -78,36 +82,32 @@ class DiscardEvidence:
     readable_queues: DataFrame
 
 
-def op_items_with_times(ops: DataFrame) -> DataFrame:
-    """``broker, queue_id, half_offset, op_store_ms``: each half offset a ``d`` op record
-    names (spec section 3), with the op record's store time. Unparsable items name nothing
-    (the round reports them as bad records)."""
-    items = op_body_items(
-        ops, "broker", "queue_id", F.col("store_timestamp_ms").alias("op_store_ms")
-    )
-    return items.select(
-        "broker",
-        "queue_id",
-        parse_java_long(F.col(ITEM_TEXT)).alias("half_offset"),
-        "op_store_ms",
-    ).filter(F.col("half_offset").isNotNull())
+def _lazy(frame: DataFrame) -> DataFrame:
+    return frame
 
 
 def evidence_from(
-    messages: DataFrame,
+    round_evidence: RoundEvidence,
     discards: DataFrame,
     pending: DataFrame,
     commits: DataFrame,
     readable_queues: DataFrame,
+    as_of_ms: int,
+    keep: Callable[[DataFrame], DataFrame] = _lazy,
 ) -> DiscardEvidence:
-    """The evidence from the round's own records (``messages``: half and op records, lean or
-    full) and what the job read beside them."""
-    ops = messages.filter(is_op())
+    """The evidence at T from the round's own frames (``round_evidence``: its half records
+    with their fields, its op records and the items their bodies name, each split once by
+    the round), the discard records (``discards``: duplicates already removed) and what the
+    job read beside them. ``keep`` materialises the discarded transactions' half records,
+    which every rule reads (the job caches them; tests pass the identity)."""
+    rows = discard_rows(discards, as_of_ms)
+    named = round_evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull())
     return DiscardEvidence(
-        discards=discards,
-        half=messages.filter(is_half()),
-        op_items=op_items_with_times(ops),
-        op_store_times=ops.select("broker", "store_timestamp_ms"),
+        as_of_ms=as_of_ms,
+        rows=rows,
+        linked=keep(transaction_halves(rows, round_evidence.half, as_of_ms)),
+        op_items=named.select("broker", "queue_id", HALF_OFFSET, OP_STORE_MS),
+        op_store_times=round_evidence.ops.select("broker", "store_timestamp_ms"),
         pending=pending,
         commits=commits,
         readable_queues=readable_queues,
@@ -134,8 +134,9 @@ def discard_rows(discards: DataFrame, as_of_ms: int) -> DataFrame:
 def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataFrame:
     """Each discard row joined to the half records of its transaction (same broker and
     ``uniq_key``) stored before T: ``DISCARD_KEY`` plus the half record's place, counter,
-    store time and commit-log offset. A row without ``uniq_key`` has none."""
-    halves = with_half_fields(half.filter(stored_before(as_of_ms))).select(
+    store time and commit-log offset. ``half``: half records with their fields
+    (``transforms.messages.with_half_fields``). A row without ``uniq_key`` has none."""
+    halves = half.filter(stored_before(as_of_ms)).select(
         "broker",
         "uniq_key",
         F.col("queue_id").alias("half_queue_id"),
@@ -216,7 +217,7 @@ def resumed_pending(rows: DataFrame, pending: DataFrame) -> DataFrame:
     )
 
 
-def discarded_unchecked(evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
+def discarded_unchecked(evidence: DiscardEvidence) -> DataFrame:
     """The discard records (stored before T) whose transaction's half records stored before
     the discard hold an immunity copy and no check copy: the broker put the record back
     for its immunity until the counter reached ``check_max`` and never asked the producer
@@ -228,10 +229,7 @@ def discarded_unchecked(evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
     ``queue_id`` and ``half_offset`` (the transaction's first half record), ``uniq_key``,
     ``producer_group``, ``discard_offset``, ``check_times`` (the discard record's counter)
     and ``immunity_copies``."""
-    rows = discard_rows(evidence.discards, as_of_ms)
-    before = transaction_halves(rows, evidence.half, as_of_ms).filter(
-        F.col("half_stored_ms") < F.col("discarded_at_ms")
-    )
+    before = evidence.linked.filter(F.col("half_stored_ms") < F.col("discarded_at_ms"))
     immunity_copy = F.col("half_prepared_offset").isNotNull()
     check_copy = F.col("half_check_times").isNotNull() & F.col("half_prepared_offset").isNull()
     first = F.struct(F.col("half_offset"), F.col("half_queue_id"))
@@ -242,7 +240,7 @@ def discarded_unchecked(evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
     )
     return (
         per_discard.filter((F.col("immunity_copies") > 0) & (F.col("check_copies") == 0))
-        .join(rows, on=DISCARD_KEY, how="inner")
+        .join(evidence.rows, on=DISCARD_KEY, how="inner")
         .select(
             "broker",
             F.col("first.half_queue_id").alias("queue_id"),
@@ -256,9 +254,9 @@ def discarded_unchecked(evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
     )
 
 
-def with_flags(rows: DataFrame, evidence: DiscardEvidence, as_of_ms: int) -> DataFrame:
+def with_flags(evidence: DiscardEvidence) -> DataFrame:
     """The discard rows with every fact the rules read (left joins: one row per record)."""
-    linked = transaction_halves(rows, evidence.half, as_of_ms)
+    rows, linked, as_of_ms = evidence.rows, evidence.linked, evidence.as_of_ms
     readable = evidence.readable_queues.select(
         "broker",
         F.col("topic").alias("real_topic"),
@@ -340,10 +338,14 @@ def resume_futile(params: RoundParams) -> Column:
 
 def discard_history(evidence: DiscardEvidence, params: RoundParams) -> DataFrame:
     """One ``discard_history`` row per discard record stored before T (``DISCARD_HISTORY``
-    columns). ``first_seen_run_id`` is this run: the writer's merge keeps an existing row's."""
-    rows = discard_rows(evidence.discards, params.as_of_ms)
+    columns; ``evidence`` cut at the run's T). ``first_seen_run_id`` is this run: the
+    writer's merge keeps an existing row's."""
+    if evidence.as_of_ms != params.as_of_ms:
+        raise ValueError(
+            f"discard evidence was cut at {evidence.as_of_ms}, the run's T is {params.as_of_ms}"
+        )
     decided = (
-        with_flags(rows, evidence, params.as_of_ms)
+        with_flags(evidence)
         .withColumn("reason", discard_reason(params))
         .withColumn("outcome", discard_outcome())
         .withColumn("ended_before_discard", ended_before_discard())

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half, op, params
-from transforms.anomalies import discarded_without_check
+from transforms.anomalies import RoundEvidence, discarded_without_check
 from transforms.discard_history import discard_history, discarded_unchecked, evidence_from
+from transforms.messages import is_half, is_op, with_half_fields
+from transforms.ops import explode_op_items
 
 HOUR = 3_600_000
 S = 1_000
@@ -48,6 +51,14 @@ def commit(of: dict[str, Any], stored_age_ms: int, *, sys_flag: int = 0x8) -> di
         "commitlog_offset": 20_000_000 + of["queue_offset"],
         "prepared_transaction_offset": of["commitlog_offset"],
     }
+
+
+def _round(spark: SparkSession, records: list[dict[str, Any]]) -> RoundEvidence:
+    """The round's evidence of ``records`` as the round builds it: half records with their
+    fields, op records, and the items their bodies name."""
+    messages = frame(spark, records)
+    ops = messages.filter(is_op())
+    return RoundEvidence(with_half_fields(messages.filter(is_half())), ops, explode_op_items(ops))
 
 
 def msg_id(commitlog_offset: int) -> str:
@@ -113,11 +124,12 @@ def _history(spark: SparkSession) -> DataFrame:
         [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
     )
     evidence = evidence_from(
-        frame(spark, case["records"]),
+        _round(spark, case["records"]),
         frame(spark, case["discards"]),
         pending,
         frame(spark, case["commits"]),
         readable,
+        T,
     )
     return discard_history(evidence, params())
 
@@ -181,9 +193,21 @@ def test_a_discard_stored_at_or_after_t_does_not_exist_yet(spark: SparkSession) 
     empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
     queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
     evidence = evidence_from(
-        frame(spark, []), frame(spark, [late]), empty, frame(spark, []), queues
+        _round(spark, []), frame(spark, [late]), empty, frame(spark, []), queues, T
     )
     assert discard_history(evidence, params()).count() == 0
+
+
+def test_evidence_cut_at_another_t_is_refused(spark: SparkSession) -> None:
+    """The discard rows and their transactions are cut at the evidence's T: a run at another
+    T would decide rows that do not exist at its own."""
+    empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
+    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    evidence = evidence_from(
+        _round(spark, []), frame(spark, []), empty, frame(spark, []), queues, T - 1
+    )
+    with pytest.raises(ValueError, match=f"cut at {T - 1}, the run's T is {T}"):
+        discard_history(evidence, params())
 
 
 def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
@@ -194,7 +218,7 @@ def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
     pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
     queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
     evidence = evidence_from(
-        frame(spark, records), frame(spark, [d]), pending, frame(spark, []), queues
+        _round(spark, records), frame(spark, [d]), pending, frame(spark, []), queues, T
     )
     by_16 = discard_history(evidence, params(check_max=16)).first()
     by_15 = discard_history(evidence, params()).first()
@@ -225,9 +249,9 @@ def test_a_discard_after_only_immunity_copies_is_a_finding_and_a_check_copy_is_n
     pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
     queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
     evidence = evidence_from(
-        frame(spark, records), frame(spark, discards), pending, frame(spark, []), queues
+        _round(spark, records), frame(spark, discards), pending, frame(spark, []), queues, T
     )
-    found = discarded_without_check(discarded_unchecked(evidence, T))
+    found = discarded_without_check(discarded_unchecked(evidence))
     columns = "broker STRING, queue_id INT, kind STRING, severity STRING, uniq_key STRING,"
     columns += " half_offset LONG, op_offset LONG, value DOUBLE, threshold DOUBLE"
     expected = [(BROKER, 0, "immunity_exhausts_checks", "warning", "K20", 20, None, 2.0, 0.0)]
@@ -276,7 +300,12 @@ def test_unknown_wins_over_pending_again_and_pending_again_over_committed(
     )
     commits = [commit(h61, 5 * S), commit(h63, 5 * S)]
     evidence = evidence_from(
-        frame(spark, records), frame(spark, discards), pending, frame(spark, commits), readable
+        _round(spark, records),
+        frame(spark, discards),
+        pending,
+        frame(spark, commits),
+        readable,
+        T,
     )
 
     out = discard_history(evidence, params()).collect()
