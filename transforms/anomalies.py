@@ -37,6 +37,7 @@ from transforms.ops import (
     OP_STORE_MS,
     is_remove_op,
     largest_named_offset,
+    named_with_times,
 )
 from transforms.params import RoundParams
 from transforms.resolve import TRANSACTION_KEY
@@ -272,9 +273,7 @@ def _transaction_timings(evidence: RoundEvidence, transactions: DataFrame) -> Da
     only immunity copies carry)."""
     keys = [*QUEUE_KEY, TRANSACTION_KEY]
     records = evidence.half.join(transactions.select(*keys), keys, how="left_semi")
-    naming = evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
-        *QUEUE_KEY, HALF_OFFSET, F.col(OP_STORE_MS).alias("op_at")
-    )
+    naming = named_with_times(evidence.op_items).withColumnRenamed(OP_STORE_MS, "op_at")
     by_offset = records.join(
         naming.withColumnRenamed(HALF_OFFSET, "queue_offset"), [*QUEUE_KEY, "queue_offset"], "inner"
     )

@@ -26,8 +26,9 @@ from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from transforms.anomalies import RoundEvidence
 from transforms.messages import offset_msg_id, stored_before, with_half_fields
-from transforms.ops import HALF_OFFSET, OP_STORE_MS
+from transforms.ops import named_with_times
 from transforms.params import RoundParams
+from transforms.round import LAZY
 
 # reason
 CHECK_MAX = "check_max"
@@ -82,10 +83,6 @@ class DiscardEvidence:
     readable_queues: DataFrame
 
 
-def _lazy(frame: DataFrame) -> DataFrame:
-    return frame
-
-
 def evidence_from(
     round_evidence: RoundEvidence,
     discards: DataFrame,
@@ -93,20 +90,19 @@ def evidence_from(
     commits: DataFrame,
     readable_queues: DataFrame,
     as_of_ms: int,
-    keep: Callable[[DataFrame], DataFrame] = _lazy,
+    keep: Callable[[DataFrame], DataFrame] = LAZY.records,
 ) -> DiscardEvidence:
     """The evidence at T from the round's own frames (``round_evidence``: its half records
     with their fields, its op records and the items their bodies name, each split once by
     the round), the discard records (``discards``: duplicates already removed) and what the
     job read beside them. ``keep`` materialises the discarded transactions' half records,
-    which every rule reads (the job caches them; tests pass the identity)."""
+    which every rule reads (the job caches them; by default they stay lazy)."""
     rows = discard_rows(discards, as_of_ms)
-    named = round_evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull())
     return DiscardEvidence(
         as_of_ms=as_of_ms,
         rows=rows,
         linked=keep(transaction_halves(rows, round_evidence.half, as_of_ms)),
-        op_items=named.select("broker", "queue_id", HALF_OFFSET, OP_STORE_MS),
+        op_items=named_with_times(round_evidence.op_items),
         op_store_times=round_evidence.ops.select("broker", "store_timestamp_ms"),
         pending=pending,
         commits=commits,

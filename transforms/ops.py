@@ -60,6 +60,14 @@ def named_offsets(op_items: DataFrame) -> DataFrame:
     return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select("broker", "queue_id", HALF_OFFSET)
 
 
+def named_with_times(op_items: DataFrame) -> DataFrame:
+    """``broker, queue_id, half_offset, op_store_ms``: ``named`` with the store time of the
+    op record naming each offset (when that half record was resolved)."""
+    return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
+        "broker", "queue_id", HALF_OFFSET, OP_STORE_MS
+    )
+
+
 def largest_named_offset(op_items: DataFrame) -> DataFrame:
     """``broker, queue_id, op_offset, max_named`` per op record that names something.
 
