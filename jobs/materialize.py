@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 
 # Up to this many records from h0 (bounded by the queues' offsets), the round's joins
@@ -89,14 +90,16 @@ class DriverRowsError(RuntimeError):
 
 
 class SparkMaterializer:
-    """Cuts the lineage of record-level frames, localises per-queue frames, and bounds the
-    records from h0 to choose broadcast or shuffle."""
+    """Cuts the lineage of record-level frames, caches the few records that several rules
+    read (``kept``), localises per-queue frames, and bounds the records from h0 to choose
+    broadcast or shuffle."""
 
     def __init__(
         self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
     ) -> None:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
+        self._kept: list[DataFrame] = []
 
     def records(self, frame: DataFrame) -> DataFrame:
         """A frame several stages read, computed up to its shuffle outputs and cut to one
@@ -113,6 +116,15 @@ class SparkMaterializer:
         if is_narrow_over_cache(frame):
             return frame
         return cut_lineage(frame)
+
+    def kept(self, frame: DataFrame) -> DataFrame:
+        """A frame filtered down to a few records that several stages read, cached (memory,
+        then disk) until ``release``. Unlike ``records``, whose cut plan still reruns its
+        last stage, a scan of every record, for each reader, the readers of a kept frame
+        read the cache: ``frame`` is persisted before anything plans it, so every later
+        plan over it finds the cache."""
+        self._kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return self._kept[-1]
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """Bring a per-queue frame to the driver and back as a local relation. Without it,
@@ -138,5 +150,8 @@ class SparkMaterializer:
         return sum(row["rows"] for row in rows) <= self.broadcast_rows
 
     def release(self) -> None:
-        """Nothing to free: ``records`` keeps no cache (Spark drops the shuffle outputs
-        behind a cut frame once nothing references it)."""
+        """Unpersist what ``kept`` cached (``records`` keeps no cache: Spark drops the
+        shuffle outputs behind a cut frame once nothing references it)."""
+        for frame in self._kept:
+            frame.unpersist()
+        self._kept.clear()

@@ -9,6 +9,7 @@ output root, which ``jobs.anomalies`` reads; the rule itself is pure and lives h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -35,6 +36,7 @@ from transforms.ops import (
     HALF_OFFSET,
     OP_OFFSET,
     OP_STORE_MS,
+    explode_op_items,
     is_remove_op,
     largest_named_offset,
     named_with_times,
@@ -94,6 +96,42 @@ class RoundEvidence:
     half: DataFrame
     ops: DataFrame
     op_items: DataFrame
+
+
+def narrowed(
+    evidence: RoundEvidence,
+    queues: DataFrame,
+    keep: Callable[[DataFrame], DataFrame] = lambda frame: frame,
+) -> RoundEvidence:
+    """``evidence`` cut down to what the rules read, each part materialised by ``keep``
+    (the job caches them; they are small when h0 is near the queue's end). Every rule
+    gives the same findings over the result as over ``evidence``:
+
+    - ``half``: every half record of a transaction with a record in [h0, h1) (the window
+      the rules judge; its transactions' other records for ``slow_producer``);
+    - ``ops``: the op records from p0 (``op_backlog``, ``op_queue_gap``, ``op_stall_4_9``);
+    - ``op_items``: the items naming the offset, or the prepared offset, of one of those
+      half records (``recheck_of_resolved``, ``slow_producer``).
+
+    Without it each rule filtered every record again: about twenty scans of the round's
+    records per run (docs/benchmarks.md)."""
+    in_window = evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
+        (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
+    )
+    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY).distinct()
+    half = keep(evidence.half.join(transactions, [*QUEUE_KEY, TRANSACTION_KEY], how="left_semi"))
+    ops = keep(_ops_from_p0(evidence, queues).select(*evidence.ops.columns))
+    offsets = half.select(*QUEUE_KEY, F.col("queue_offset").alias(HALF_OFFSET)).unionByName(
+        half.select(*QUEUE_KEY, F.col("prepared_queue_offset").alias(HALF_OFFSET))
+    )
+    op_items = keep(
+        evidence.op_items.join(
+            offsets.filter(F.col(HALF_OFFSET).isNotNull()).distinct(),
+            [*QUEUE_KEY, HALF_OFFSET],
+            how="left_semi",
+        )
+    )
+    return RoundEvidence(half, ops, op_items)
 
 
 def _finding(
@@ -350,8 +388,12 @@ def op_backlog(evidence: RoundEvidence, queues: DataFrame, params: RoundParams) 
     """Op records from p0 to the op queue's end that name only half offsets below h1: the
     broker reads them again every round (ops naming offsets at or beyond h1 hold p0 back
     legitimately). Over ``op_backlog_records``: warning; over ten times that: critical."""
-    largest = largest_named_offset(evidence.op_items).withColumnRenamed(OP_OFFSET, "queue_offset")
-    ahead = _ops_from_p0(evidence, queues).join(largest, [*QUEUE_KEY, "queue_offset"], "inner")
+    from_p0 = _ops_from_p0(evidence, queues)
+    # The items of the op records from p0 only: split again from their bodies (a few op
+    # records), not filtered out of every op item of the queue.
+    items = explode_op_items(from_p0.select(*evidence.ops.columns))
+    largest = largest_named_offset(items).withColumnRenamed(OP_OFFSET, "queue_offset")
+    ahead = from_p0.join(largest, [*QUEUE_KEY, "queue_offset"], "inner")
     per_queue = ahead.groupBy(*QUEUE_KEY, "p0", "h1").agg(
         F.count(F.when(F.col("max_named") < F.col("h1"), 1)).alias("backlog"),
         (F.max("queue_offset") + 1).alias("op_end"),

@@ -37,6 +37,7 @@ from schemas.outputs import (
 )
 from transforms.anomalies import (
     RoundEvidence,
+    narrowed,
     round_anomalies,
     with_anomaly_counts,
     with_run_columns,
@@ -82,6 +83,11 @@ class Materializer(Protocol):
         its lineage)."""
         ...
 
+    def kept(self, frame: DataFrame) -> DataFrame:
+        """A record-level frame filtered down to what several stages read, usually a few
+        rows (the job caches it, so that they do not filter every record again)."""
+        ...
+
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """A frame of one row per queue (or broker) that many joins read (the job brings
         it to the driver and back as a local relation)."""
@@ -93,7 +99,7 @@ class Materializer(Protocol):
         ...
 
     def release(self) -> None:
-        """Free whatever ``records`` kept."""
+        """Free whatever ``records`` and ``kept`` kept."""
         ...
 
 
@@ -105,6 +111,9 @@ class Lazy:
     small: bool = False
 
     def records(self, frame: DataFrame) -> DataFrame:
+        return frame
+
+    def kept(self, frame: DataFrame) -> DataFrame:
         return frame
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
@@ -399,7 +408,8 @@ def _anomalies(state: RoundState) -> DataFrame:
     # The per-queue rows once more through the driver: each rule joins them, and their
     # plan inlined in every rule would grow past what the driver can optimise.
     queues = state.materialize.per_queue(state.queues)
-    found = round_anomalies(state.evidence, state.pending, queues, params)
+    evidence = narrowed(state.evidence, queues, state.materialize.kept)
+    found = round_anomalies(evidence, state.pending, queues, params)
     return state.materialize.records(with_run_columns(found, params))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from jobs.materialize import DriverRowsError, SparkMaterializer
 from tests.spark_cache import holds_cached_frames
@@ -54,6 +54,30 @@ def test_records_cuts_the_lineage_to_one_leaf_and_caches_nothing(spark: SparkSes
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
     materializer.release()
     assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
+
+
+def _cache_filled(spark: SparkSession, frame: DataFrame) -> bool:
+    cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(frame._jdf)
+    return (
+        cached.isDefined()
+        and cached.get().cachedRepresentation().cacheBuilder().isCachedColumnBuffersLoaded()
+    )
+
+
+def test_kept_frames_are_read_from_their_cache_until_released(spark: SparkSession) -> None:
+    spark.catalog.clearCache()
+    frame = spark.range(30).filter("id % 7 = 0")
+    materializer = SparkMaterializer()
+    kept = materializer.kept(frame)
+    # A stage built on the kept frame afterwards plans a read of the cache, and reading it
+    # fills the cache: later readers do not filter every row again.
+    reader = kept.selectExpr("id + 1 AS next")
+    assert "InMemoryRelation" in reader._jdf.queryExecution().withCachedData().toString()
+    assert not _cache_filled(spark, kept)
+    assert sorted(row.next for row in reader.collect()) == [1, 8, 15, 22, 29]
+    assert _cache_filled(spark, kept)
+    materializer.release()
+    assert not holds_cached_frames(spark)
 
 
 def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession) -> None:

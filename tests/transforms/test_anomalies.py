@@ -25,9 +25,15 @@ from tests.transforms.builders import (
     op,
     params,
 )
-from transforms.anomalies import RoundEvidence, op_stall_4_9, stalled_offset
-from transforms.ops import explode_op_items
-from transforms.round import reconcile
+from transforms.anomalies import (
+    RoundEvidence,
+    narrowed,
+    op_stall_4_9,
+    round_anomalies,
+    stalled_offset,
+)
+from transforms.ops import HALF_OFFSET, explode_op_items
+from transforms.round import classify_round, reconcile
 
 S = 1_000
 # Small thresholds so that small cases cross them (the defaults are in conf/default.toml).
@@ -394,6 +400,61 @@ def test_run_summary_counts_anomalies_by_severity(
     assert_df_equality(
         actual.select(*expected.columns), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+# A transaction resolved long before the window (OLD), one whose original is before h0 and
+# whose immunity copy is in the window (W), and op records before and from p0.
+NARROW_CASE = (
+    [
+        half(0, 90 * S, key="OLD"),
+        half(1, 90 * S, key="W"),
+        half(2, 60 * S, key="W", counter=1, immunity=30, prepared=1),
+        half(3, 60 * S, key="X"),
+    ],
+    [op(0, "0,"), op(1, "1,"), op(2, "3,")],
+    2,
+    1,
+)
+
+
+def test_narrowed_evidence_keeps_the_window_and_finds_the_same(spark: SparkSession) -> None:
+    """Over every case of this module and the narrow case: the rules find exactly the same
+    over the narrowed evidence as over all of it, and the narrowed evidence holds only the
+    window's transactions (OLD is out, W's original before h0 is in), the op records from p0
+    and the items naming the kept half records."""
+    records, offsets = [], []
+    for name, (halves, ops, h0, p0) in {**CASES, "narrow": NARROW_CASE}.items():
+        rows, committed_offsets = _case(name, halves + ops, h0, p0)
+        records += rows
+        offsets += committed_offsets
+    round_params = params(**THRESHOLDS)
+    materialize = SparkMaterializer()
+    state = classify_round(
+        frame(spark, records), committed(spark, offsets), round_params, materialize=materialize
+    )
+    assert state.evidence is not None
+    queues = materialize.per_queue(state.queues)
+    kept: list[DataFrame] = []
+
+    def keep(part: DataFrame) -> DataFrame:
+        kept.append(part)
+        return part
+
+    narrow = narrowed(state.evidence, queues, keep)
+
+    assert len(kept) == 3  # half, ops, op_items: each handed to ``keep`` once
+    whole = round_anomalies(state.evidence, state.pending, queues, round_params)
+    found = round_anomalies(narrow, state.pending, queues, round_params)
+    assert whole.count() > 10
+    assert_df_equality(found, whole, ignore_row_order=True)
+
+    def offsets_of(part: DataFrame, column: str) -> list[int]:
+        rows = part.filter(F.col("broker") == "narrow").select(column).collect()
+        return sorted(row[0] for row in rows)
+
+    assert offsets_of(narrow.half, "queue_offset") == [1, 2, 3]
+    assert offsets_of(narrow.ops, "queue_offset") == [1, 2]
+    assert offsets_of(narrow.op_items, HALF_OFFSET) == [1, 3]
 
 
 # -- the kinds tested on their function: a 4.9 broker, earlier runs ----------------------------
