@@ -209,14 +209,21 @@ def read_real_queues(
     queues: Sequence[tuple[str, str, int]],
     config: JobConfig,
 ) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
-    """(records, bad records, release) of exactly ``queues``, through their consume queues."""
+    """(records, bad records, release) of exactly ``queues``, through their consume queues:
+    their committed transactional messages only (``commit_times`` reads nothing else, and
+    a business queue holds far more other messages than commits of discarded ones)."""
     if not queues:
         return _empty_records(spark), spark.createDataFrame([], BAD_RECORD), lambda: None
     brokers = {broker for broker, _, _ in queues}
     specs = [spec for spec in map(parse_store_arg, stores) if spec.broker in brokers]
     topics = sorted({topic for _, topic, _ in queues})
     read = read_stores(
-        spark, specs, verify_crc=config.verify_crc, topics=topics, only_queues=frozenset(queues)
+        spark,
+        specs,
+        verify_crc=config.verify_crc,
+        topics=topics,
+        only_queues=frozenset(queues),
+        commits_only=True,
     )
     return read.messages, read.bad_records, read.unpersist
 

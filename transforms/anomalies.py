@@ -118,7 +118,9 @@ def narrowed(
     in_window = evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
         (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
     )
-    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY).distinct()
+    # No distinct: a semi-join reads each key once however often it repeats, and every
+    # exchange is one more Spark job on a small store.
+    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY)
     half = keep(evidence.half.join(transactions, [*QUEUE_KEY, TRANSACTION_KEY], how="left_semi"))
     ops = keep(_ops_from_p0(evidence, queues).select(*evidence.ops.columns))
     offsets = half.select(*QUEUE_KEY, F.col("queue_offset").alias(HALF_OFFSET)).unionByName(
@@ -126,7 +128,7 @@ def narrowed(
     )
     op_items = keep(
         evidence.op_items.join(
-            offsets.filter(F.col(HALF_OFFSET).isNotNull()).distinct(),
+            offsets.filter(F.col(HALF_OFFSET).isNotNull()),
             [*QUEUE_KEY, HALF_OFFSET],
             how="left_semi",
         )

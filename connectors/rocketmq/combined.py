@@ -42,6 +42,9 @@ class ReadOptions:
     verify_crc: bool = False
     body_topics: tuple[str, ...] | None = (OP_TOPIC,)  # None: every body
     lean: bool = False  # PROPERTY_COLUMNS instead of the properties map
+    # Through consume queues, decode only committed transactional messages (and report
+    # broken records); the discard history reads real queues for their commits alone.
+    commits_only: bool = False
 
     @property
     def property_columns(self) -> dict[str, str] | None:

@@ -192,13 +192,23 @@ def _follow_into_file(
         return
     positions = entries.phys[members] - log.start
     for part in _chunks(positions, entries.size[members]):
-        sel = members[part]
+        sel, at = members[part], positions[part]
+        layout = codec.record_layout(buf, at, log.start)
+        if options.commits_only:
+            # The fixed fields say which records are commits; the others are not decoded
+            # further (a broken record is still decoded, to be reported).
+            tx = layout.sys_flag & codec.TRANSACTION_MASK
+            wanted = np.flatnonzero(
+                (layout.status != codec.OK) | (tx == codec.TRANSACTION_COMMIT_TYPE)
+            )
+            sel, at, layout = sel[wanted], at[wanted], layout.subset(wanted)
         result = codec.decode_records(
             buf,
-            positions[part],
+            at,
             file_offset=log.start,
             verify_crc=options.verify_crc,
             body_topics=options.body_topics,
+            layout=layout,
             property_columns=options.property_columns,
             drop_columns=options.drop_columns,
         )
@@ -216,8 +226,7 @@ def _follow_into_file(
                 out.add_bad(log.name, b.position, b.reason, raw, unit.topic, unit.queue_id, logical)
         table = result.records
         if table.num_rows:
-            at = (positions[part], result.index)
-            table = _matching_records(entries, table, sel[result.index], at, log)
+            table = _matching_records(entries, table, sel[result.index], (at, result.index), log)
         yield from out.records(table, log.name)
         yield from out.flush_bad()
 

@@ -221,13 +221,16 @@ def read_stores(
     topics: Sequence[str] = TRANSACTION_TOPICS,
     lean: bool = False,
     only_queues: frozenset[tuple[str, str, int]] | None = None,
+    commits_only: bool = False,
 ) -> StoreRead:
     """Read the half and op queues (or ``topics``) of every store; see the module doc.
 
     ``lean``: records carry ``PROPERTY_COLUMNS`` instead of the properties map
     (``LEAN_MESSAGE``), what the job reads; the default gives ``SOURCED_MESSAGE``.
     ``only_queues``: read only these (broker, topic, queue id) of ``topics``, through their
-    consume queues (``only_these_queues``).
+    consume queues (``only_these_queues``). ``commits_only``: of the records the consume
+    queues point at, only committed transactional messages (and broken records, reported)
+    are decoded; the others are read no further than their fixed fields.
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
@@ -235,7 +238,10 @@ def read_stores(
     size = task_size(plan.units, spark.sparkContext.defaultParallelism)
     tasks = pack_tasks(split_units(plan.units, size), size)
     options = ReadOptions(
-        verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean
+        verify_crc=verify_crc,
+        body_topics=None if include_half_body else (OP_TOPIC,),
+        lean=lean,
+        commits_only=commits_only,
     )
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
     combined = ranges.mapInArrow(

@@ -73,3 +73,35 @@ def test_units_carry_an_absolute_store_path(tmp_path: Path, monkeypatch) -> None
     assert units
     assert all(os.path.isabs(unit.root) for unit in units)
     assert {unit.root for unit in units} == {str(tmp_path / "s")}
+
+
+def test_commits_only_decodes_the_committed_messages_and_nothing_else(tmp_path: Path) -> None:
+    """A business queue of plain messages and commits (TRANSACTION_COMMIT_TYPE, with the
+    half record's commit-log offset): with ``commits_only`` the reader returns exactly the
+    commits, with every column as the full read has them, and no bad record."""
+    rows = reference.txn_rows(12, compress_every=0)
+    for i, row in enumerate(rows):
+        commit = i % 3 == 0
+        row.update(
+            topic="TopicTest",
+            queue_id=0,
+            sys_flag=0x8 if commit else 0,
+            prepared_transaction_offset=4096 + i if commit else 0,
+        )
+    root = tmp_path / "s"
+    with StoreWriter(root, commitlog_file_size=8192, cq_file_entries=100) as writer:
+        writer.append(reference.messages_table(rows))
+    units, _ = plan_store(StoreSpec("b", root), topics=("TopicTest",))
+
+    def read(options: ReadOptions) -> list[dict]:
+        batches = [b for unit in units for b in run_unit(unit, options)]
+        table = pa.Table.from_batches(batches, schema=COMBINED_ARROW)
+        return sorted(table.to_pylist(), key=lambda r: r["queue_offset"])
+
+    everything = read(ReadOptions())
+    commits = read(ReadOptions(commits_only=True))
+
+    assert len(everything) == 12 and all(r["reason"] is None for r in everything)
+    assert [r["queue_offset"] for r in commits] == [0, 3, 6, 9]
+    assert [r["prepared_transaction_offset"] for r in commits] == [4096, 4099, 4102, 4105]
+    assert commits == [r for r in everything if r["sys_flag"] & 0xC == 0x8]
