@@ -118,9 +118,11 @@ def narrowed(
     in_window = evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
         (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
     )
-    # No distinct: a semi-join reads each key once however often it repeats, and every
-    # exchange is one more Spark job on a small store.
-    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY)
+    # The distincts are not for the semi-joins' sake: their exchange runs first and tells
+    # adaptive execution how small the keys are, so that the semi-join can broadcast them.
+    # Without them the 1m runs were about 10 s slower (docs/benchmarks.md): the filtered
+    # keys' estimate is that of every half record, so the planner would shuffle both sides.
+    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY).distinct()
     half = keep(evidence.half.join(transactions, [*QUEUE_KEY, TRANSACTION_KEY], how="left_semi"))
     ops = keep(_ops_from_p0(evidence, queues).select(*evidence.ops.columns))
     offsets = half.select(*QUEUE_KEY, F.col("queue_offset").alias(HALF_OFFSET)).unionByName(
@@ -128,7 +130,7 @@ def narrowed(
     )
     op_items = keep(
         evidence.op_items.join(
-            offsets.filter(F.col(HALF_OFFSET).isNotNull()),
+            offsets.filter(F.col(HALF_OFFSET).isNotNull()).distinct(),
             [*QUEUE_KEY, HALF_OFFSET],
             how="left_semi",
         )
