@@ -119,9 +119,8 @@ def narrowed(
         (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
     )
     # The distincts are not for the semi-joins' sake: their exchange runs first and tells
-    # adaptive execution how small the keys are, so that the semi-join can broadcast them.
-    # Without them the 1m runs were about 10 s slower (docs/benchmarks.md): the filtered
-    # keys' estimate is that of every half record, so the planner would shuffle both sides.
+    # adaptive execution how few keys there are, so that the semi-join can broadcast them
+    # (a filter's size estimate is that of every half record).
     transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY).distinct()
     half = keep(evidence.half.join(transactions, [*QUEUE_KEY, TRANSACTION_KEY], how="left_semi"))
     ops = keep(_ops_from_p0(evidence, queues).select(*evidence.ops.columns))
