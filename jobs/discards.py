@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -26,6 +25,7 @@ from connectors.rocketmq.read_tasks import NO_RECORD_PLACE
 from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
 from jobs.config import JobConfig
+from jobs.materialize import SparkMaterializer
 from schemas.messages import DISCARD_TOPIC, SOURCED_MESSAGE
 from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
 from transforms.anomalies import discarded_without_check, with_anomaly_counts, with_run_columns
@@ -274,11 +274,9 @@ def build_discard_history(
     params, pending = state.params, state.pending
     if state.evidence is None:
         raise ValueError("the discard history reads the round's records: this round kept none")
-    kept: list[DataFrame] = []
-
-    def keep(frame: DataFrame) -> DataFrame:
-        kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
-        return kept[-1]
+    # The job's one way of caching a small frame several readers share (released below).
+    materializer = SparkMaterializer()
+    keep = materializer.kept
 
     read = _read_discards(spark, request, config)
     usable, bad = _usable(read, params.as_of_ms)
@@ -315,8 +313,7 @@ def build_discard_history(
     }
 
     def release() -> None:
-        for frame in kept:
-            frame.unpersist()
+        materializer.release()
         release_real()
         read.release()
 

@@ -115,9 +115,7 @@ def narrowed(
 
     Without it each rule filtered every record again: about twenty scans of the round's
     records per run (docs/benchmarks.md)."""
-    in_window = evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
-        (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
-    )
+    in_window = _in_window(evidence.half, queues)
     # The distincts are not for the semi-joins' sake: their exchange runs first and tells
     # adaptive execution how few keys there are, so that the semi-join can broadcast them
     # (a filter's size estimate is that of every half record).
@@ -167,6 +165,13 @@ def _window(queues: DataFrame, *names: str) -> DataFrame:
     return F.broadcast(queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, *names))
 
 
+def _in_window(half: DataFrame, queues: DataFrame) -> DataFrame:
+    """The half records in [h0, h1) of their queue, with ``h0`` and ``h1``."""
+    return half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
+        (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
+    )
+
+
 def recheck_of_resolved(
     evidence: RoundEvidence, pending: DataFrame, queues: DataFrame, params: RoundParams
 ) -> DataFrame:
@@ -174,11 +179,7 @@ def recheck_of_resolved(
     op record) that the broker, matching exact offsets, acts on: it checks, puts back or
     discards them, or stops at them. An immunity copy whose original (at or after h0) is
     named is skipped by the broker too (``checkPrepareQueueOffset``), so it is no finding."""
-    in_window = (
-        evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner")
-        .filter((F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1")))
-        .drop("h1")
-    )
+    in_window = _in_window(evidence.half, queues).drop("h1")
     named = evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
         *QUEUE_KEY, F.col(HALF_OFFSET).alias("queue_offset")
     )
@@ -298,8 +299,7 @@ def _window_transactions(
     """``broker, queue_id, transaction_key, producer_group`` of the transactions resolved in
     this round's window: a record of theirs in [h0, h1) that is not pending."""
     return (
-        evidence.half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner")
-        .filter((F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1")))
+        _in_window(evidence.half, queues)
         .join(pending.select(*QUEUE_KEY, "queue_offset"), [*QUEUE_KEY, "queue_offset"], "left_anti")
         .groupBy(*QUEUE_KEY, TRANSACTION_KEY)
         .agg(F.first("producer_group", ignorenulls=True).alias("producer_group"))
