@@ -1,5 +1,6 @@
 """Planning a store read on the driver: the ``--store`` argument, then the units of work
-found from the store's layout (file names and sizes only, no record is read here).
+found from the store's layout (file names and sizes, and the end of what each consume-queue
+file holds; no record is read here).
 
 A unit is a range of entries of one consume-queue file (``QueueUnit``), or one commit-log
 file to scan when a queue's consume queue is missing (``ScanUnit``). Units are cut and
@@ -10,11 +11,14 @@ decodes them in the Spark tasks. See ``docs/store-reader.md``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from connectors.errors import InputError
 from connectors.rocketmq import codec
@@ -30,6 +34,7 @@ TASK_ENTRIES = 200_000
 # default parallelism), so every executor of a cluster reads, but no task below this size.
 MIN_TASK_ENTRIES = 1_024
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
+_TAIL_BLOCK = 1 << 20  # bytes read at a time in the search for a file's last entry
 
 Note = tuple[str, int | None, str]  # (broker, queue id or None, text)
 OffsetFile = tuple[str, int, int]  # (file name, start offset, size)
@@ -99,10 +104,20 @@ class QueueUnit:
     entry_end: int
     cq_size: int
     commitlog: tuple[CommitLogFile, ...]
+    # Entries from here on are the file's unwritten, all-zero tail (``written_entries``):
+    # read like any entry, but no work. None: the whole range may hold records.
+    written_end: int | None = None
+
+    @property
+    def live_end(self) -> int:
+        """Where the entries that may hold records end in this unit's range."""
+        if self.written_end is None:
+            return self.entry_end
+        return max(self.entry_begin, min(self.entry_end, self.written_end))
 
     @property
     def weight(self) -> int:
-        return self.entry_end - self.entry_begin
+        return max(1, self.live_end - self.entry_begin)
 
 
 @dataclass(frozen=True)
@@ -152,6 +167,39 @@ def list_commitlog(root: Path) -> tuple[tuple[CommitLogFile, ...], list[str]]:
     return tuple(result), other
 
 
+def _data_end(fd: int, size: int) -> int:
+    """Where the file's last data region ends: a preallocated file is sparse (its
+    unwritten tail is a hole), so the search for its last entry starts there. The file's
+    size where the file system cannot say."""
+    end, position = 0, 0
+    try:
+        while position < size:
+            data = os.lseek(fd, position, os.SEEK_DATA)
+            position = end = os.lseek(fd, data, os.SEEK_HOLE)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no data after ``position``
+            return size
+    except AttributeError:  # no SEEK_DATA on this platform
+        return size
+    return min(end, size)
+
+
+def written_entries(path: Path, size: int) -> int:
+    """How many entries of a consume-queue file come before its all-zero tail (the
+    unwritten part of the preallocated file): its last entry with a byte that is not zero,
+    found backwards from the end of its data. Read-only; a few blocks of a written file."""
+    with path.open("rb") as file:
+        end = _data_end(file.fileno(), size)
+        while end > 0:
+            begin = max(0, end - _TAIL_BLOCK)
+            file.seek(begin)
+            nonzero = np.flatnonzero(np.frombuffer(file.read(end - begin), dtype=np.uint8))
+            if nonzero.size:
+                return (begin + int(nonzero[-1])) // codec.CQ_ENTRY_SIZE + 1
+            end = begin
+    return 0
+
+
 def _present_queues(root: Path, topics: Sequence[str]) -> dict[str, dict[int, list[OffsetFile]]]:
     """Topic -> queue id -> the files of its consume-queue directory."""
     present: dict[str, dict[int, list[OffsetFile]]] = {}
@@ -184,15 +232,19 @@ def _queue_units(
     present: Mapping[str, Mapping[int, list[OffsetFile]]],
     commitlog: tuple[CommitLogFile, ...],
 ) -> list[Unit]:
-    """One unit per ``TASK_ENTRIES`` entries of each consume-queue file."""
+    """One unit per ``TASK_ENTRIES`` written entries of each consume-queue file; the last
+    unit of a file takes its unwritten tail too (every entry is read, but the tail of a
+    preallocated file weighs nothing: a small queue is one small unit, not 300 000 entries
+    of work)."""
     units: list[Unit] = []
     for topic in topics:
         for queue_id, files in present[topic].items():
             for name, start, size in files:
                 entries = (size + codec.CQ_ENTRY_SIZE - 1) // codec.CQ_ENTRY_SIZE
                 rel = f"consumequeue/{topic}/{queue_id}/{name}"
-                for begin in range(0, entries, TASK_ENTRIES):
-                    end = min(entries, begin + TASK_ENTRIES)
+                written = written_entries(spec.root / rel, size)
+                for begin in range(0, max(written, 1), TASK_ENTRIES):
+                    end = min(written, begin + TASK_ENTRIES)
                     units.append(
                         QueueUnit(
                             spec.broker,
@@ -202,9 +254,10 @@ def _queue_units(
                             rel,
                             start,
                             begin,
-                            end,
+                            end if end < written else entries,
                             size,
                             commitlog,
+                            written,
                         )
                     )
     return units
@@ -262,7 +315,8 @@ def _rebuilt_queues(
 def plan_store(
     spec: StoreSpec, topics: Sequence[str] = TRANSACTION_TOPICS, offsets: dict | None = None
 ) -> tuple[list[Unit], list[Note]]:
-    """Units of work and notes for one store (file names and sizes only are read)."""
+    """Units of work and notes for one store (file names and sizes are read, and the end
+    of each consume-queue file's written entries)."""
     notes: list[Note] = []
     commitlog, other = list_commitlog(spec.root)
     if other:
@@ -301,16 +355,20 @@ def task_size(units: Sequence[Unit], min_tasks: int) -> int:
 
 
 def split_units(units: Sequence[Unit], size: int) -> list[Unit]:
-    """Consume-queue ranges cut into ranges of at most ``size`` entries (a commit-log scan
-    stays whole: its records are found by walking the file from its start)."""
+    """Consume-queue ranges cut into ranges of at most ``size`` written entries, the last
+    piece with the unwritten tail (a commit-log scan stays whole: its records are found by
+    walking the file from its start)."""
     pieces: list[Unit] = []
     for unit in units:
         if isinstance(unit, QueueUnit) and unit.weight > size:
+            live_end = unit.live_end
             pieces.extend(
                 dataclasses.replace(
-                    unit, entry_begin=begin, entry_end=min(unit.entry_end, begin + size)
+                    unit,
+                    entry_begin=begin,
+                    entry_end=begin + size if begin + size < live_end else unit.entry_end,
                 )
-                for begin in range(unit.entry_begin, unit.entry_end, size)
+                for begin in range(unit.entry_begin, live_end, size)
             )
         else:
             pieces.append(unit)

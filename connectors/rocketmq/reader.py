@@ -1,6 +1,7 @@
 """Read RocketMQ broker stores (``--store [NAME=]DIR``) into the canonical schema, on Spark.
 
-The driver plans the read (``read_plan``: file names and sizes only) and cuts the work into
+The driver plans the read (``read_plan``: file names and sizes, and where each consume-queue
+file's written entries end) and cuts the work into
 *units*: a range of entries of one consume-queue file, or one commit-log file to scan when a
 queue's consume queue is missing. Units are packed into tasks and run by ``mapInArrow`` over
 ``spark.range(n_tasks)`` (one task per partition); each task decodes its units

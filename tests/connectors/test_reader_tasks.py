@@ -4,15 +4,19 @@ executor in another working directory can open."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 
+from connectors.rocketmq.read_plan import written_entries
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
     MIN_TASK_ENTRIES,
     TASK_ENTRIES,
+    TRANSACTION_TOPICS,
     QueueUnit,
     ReadOptions,
     StoreSpec,
@@ -48,6 +52,59 @@ def test_cut_ranges_read_the_same_records(tmp_path: Path) -> None:
     assert all(p.weight <= 7 for p in pieces if isinstance(p, QueueUnit))
     assert sum(p.weight for p in pieces) == sum(u.weight for u in units)
     assert _read(pieces) == _read(units)
+
+
+def test_a_preallocated_file_weighs_its_written_entries_and_is_read_whole(tmp_path: Path) -> None:
+    """Queues of a few records in files of 100 000 entries (the broker's preallocated,
+    zero-tailed files): one unit per file, weighing its records, that still covers all
+    100 000 entries. A small store is not cut into tasks of empty tail."""
+    rows = reference.txn_rows(30)
+    root = tmp_path / "s"
+    with StoreWriter(root, commitlog_file_size=1 << 20, cq_file_entries=100_000) as writer:
+        writer.append(reference.messages_table(rows))
+    per_queue = Counter(
+        (row["topic"], row["queue_id"]) for row in rows if row["topic"] in TRANSACTION_TOPICS
+    )
+
+    units, _ = plan_store(StoreSpec("b", root))
+    whole = [dataclasses.replace(u, written_end=None) for u in units]
+
+    assert sorted(((u.topic, u.queue_id), u.weight) for u in units) == sorted(per_queue.items())
+    assert all((u.entry_begin, u.entry_end) == (0, 100_000) for u in units)
+    assert all(u.weight == 100_000 for u in whole)  # the size alone counted the tail
+    assert len(pack_tasks(split_units(units, MIN_TASK_ENTRIES), MIN_TASK_ENTRIES)) == 1
+    assert _read(units) == _read(whole)
+
+
+def test_pieces_of_a_partly_written_unit_cover_it_and_weigh_its_written_entries() -> None:
+    unit = QueueUnit("b", "/s", "T", 0, "cq", 0, 0, 300_000, 300_000 * 20, (), written_end=25)
+
+    pieces = split_units([unit], 10)
+
+    assert [(p.entry_begin, p.entry_end) for p in pieces] == [(0, 10), (10, 20), (20, 300_000)]
+    assert [p.weight for p in pieces] == [10, 10, 5]
+
+
+def test_written_entries_end_at_the_last_entry_with_a_byte_that_is_not_zero(
+    tmp_path: Path,
+) -> None:
+    entry = 20
+    sparse = tmp_path / "sparse"
+    with sparse.open("wb") as file:
+        file.write(b"\x01" * (3 * entry))
+        file.truncate(100_000 * entry)  # a hole, as the broker preallocates
+    dense = tmp_path / "dense"
+    # Zeros written out (a store copied without holes), one zero entry inside the records,
+    # and a last entry whose only set byte is its last one.
+    dense.write_bytes(
+        b"\x01" * entry + bytes(entry) + b"\x00" * (entry - 1) + b"\x07" + bytes(5_000 * entry)
+    )
+    empty = tmp_path / "empty"
+    empty.write_bytes(bytes(2_000_000))
+
+    assert written_entries(sparse, sparse.stat().st_size) == 3
+    assert written_entries(dense, dense.stat().st_size) == 3
+    assert written_entries(empty, empty.stat().st_size) == 0
 
 
 def test_task_size_gives_at_least_the_cores_when_the_store_is_big_enough() -> None:
