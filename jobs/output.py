@@ -56,6 +56,18 @@ def with_run_time_columns(summary: DataFrame, facts: RunFacts, started: float) -
     )
 
 
+def fit_to_cores(frame: DataFrame) -> DataFrame:
+    """``frame`` in at most as many partitions as the session has cores, without a shuffle.
+
+    A table's frame has the partitions of whatever it was last computed from: a union of
+    the anomaly rules or of the bad records' sources has one per input partition (14 for
+    the ``make run`` sample's four anomaly rows), and every partition is a write task that
+    deserialises the Hadoop configuration and writes a file, most of them empty. The
+    cores bound the tasks that run at once anyway; on a cluster they are all its
+    executors' cores, so a big table is still written by every executor."""
+    return frame.coalesce(frame.sparkSession.sparkContext.defaultParallelism)
+
+
 def write_outputs(
     spark: SparkSession,
     outputs: RoundOutputs,
@@ -84,6 +96,7 @@ def write_outputs(
         schema = table_schema(name, include_body)
         if name == RUN_SUMMARY_TABLE:
             frame = with_run_time_columns(frame, facts, started)
+        frame = fit_to_cores(frame)
         if name == CONSUME_OFFSETS_TABLE:
             counts[name] = writer.merge_offsets(frame, schema)
         elif name in MERGED_TABLES:  # discard_history: merged on its key, not per run
