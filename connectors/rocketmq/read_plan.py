@@ -104,20 +104,10 @@ class QueueUnit:
     entry_end: int
     cq_size: int
     commitlog: tuple[CommitLogFile, ...]
-    # Entries from here on are the file's unwritten, all-zero tail (``written_entries``):
-    # read like any entry, but no work. None: the whole range may hold records.
-    written_end: int | None = None
-
-    @property
-    def live_end(self) -> int:
-        """Where the entries that may hold records end in this unit's range."""
-        if self.written_end is None:
-            return self.entry_end
-        return max(self.entry_begin, min(self.entry_end, self.written_end))
 
     @property
     def weight(self) -> int:
-        return max(1, self.live_end - self.entry_begin)
+        return self.entry_end - self.entry_begin
 
 
 @dataclass(frozen=True)
@@ -232,18 +222,17 @@ def _queue_units(
     present: Mapping[str, Mapping[int, list[OffsetFile]]],
     commitlog: tuple[CommitLogFile, ...],
 ) -> list[Unit]:
-    """One unit per ``TASK_ENTRIES`` written entries of each consume-queue file; the last
-    unit of a file takes its unwritten tail too (every entry is read, but the tail of a
-    preallocated file weighs nothing: a small queue is one small unit, not 300 000 entries
-    of work)."""
+    """One unit per ``TASK_ENTRIES`` written entries of each consume-queue file: the all-zero
+    tail of a preallocated file (``written_entries``) holds no record, so a small queue is
+    one small unit, not 300 000 entries of work. The entries are the file's as planned: one
+    the broker writes into the tail afterwards is the next run's."""
     units: list[Unit] = []
     for topic in topics:
         for queue_id, files in present[topic].items():
             for name, start, size in files:
-                entries = (size + codec.CQ_ENTRY_SIZE - 1) // codec.CQ_ENTRY_SIZE
                 rel = f"consumequeue/{topic}/{queue_id}/{name}"
                 written = written_entries(spec.root / rel, size)
-                for begin in range(0, max(written, 1), TASK_ENTRIES):
+                for begin in range(0, written, TASK_ENTRIES):
                     end = min(written, begin + TASK_ENTRIES)
                     units.append(
                         QueueUnit(
@@ -254,10 +243,9 @@ def _queue_units(
                             rel,
                             start,
                             begin,
-                            end if end < written else entries,
+                            end,
                             size,
                             commitlog,
-                            written,
                         )
                     )
     return units
@@ -355,20 +343,16 @@ def task_size(units: Sequence[Unit], min_tasks: int) -> int:
 
 
 def split_units(units: Sequence[Unit], size: int) -> list[Unit]:
-    """Consume-queue ranges cut into ranges of at most ``size`` written entries, the last
-    piece with the unwritten tail (a commit-log scan stays whole: its records are found by
-    walking the file from its start)."""
+    """Consume-queue ranges cut into ranges of at most ``size`` entries (a commit-log scan
+    stays whole: its records are found by walking the file from its start)."""
     pieces: list[Unit] = []
     for unit in units:
         if isinstance(unit, QueueUnit) and unit.weight > size:
-            live_end = unit.live_end
             pieces.extend(
                 dataclasses.replace(
-                    unit,
-                    entry_begin=begin,
-                    entry_end=begin + size if begin + size < live_end else unit.entry_end,
+                    unit, entry_begin=begin, entry_end=min(unit.entry_end, begin + size)
                 )
-                for begin in range(unit.entry_begin, live_end, size)
+                for begin in range(unit.entry_begin, unit.entry_end, size)
             )
         else:
             pieces.append(unit)

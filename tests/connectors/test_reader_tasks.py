@@ -54,10 +54,10 @@ def test_cut_ranges_read_the_same_records(tmp_path: Path) -> None:
     assert _read(pieces) == _read(units)
 
 
-def test_a_preallocated_file_weighs_its_written_entries_and_is_read_whole(tmp_path: Path) -> None:
+def test_a_preallocated_file_is_read_up_to_its_last_written_entry(tmp_path: Path) -> None:
     """Queues of a few records in files of 100 000 entries (the broker's preallocated,
-    zero-tailed files): one unit per file, weighing its records, that still covers all
-    100 000 entries. A small store is not cut into tasks of empty tail."""
+    zero-tailed files): one unit per file, of its written entries, and the same records as a
+    read of every entry of the files. A small store is not cut into tasks of empty tail."""
     rows = reference.txn_rows(30)
     root = tmp_path / "s"
     with StoreWriter(root, commitlog_file_size=1 << 20, cq_file_entries=100_000) as writer:
@@ -67,22 +67,12 @@ def test_a_preallocated_file_weighs_its_written_entries_and_is_read_whole(tmp_pa
     )
 
     units, _ = plan_store(StoreSpec("b", root))
-    whole = [dataclasses.replace(u, written_end=None) for u in units]
+    every_entry = [dataclasses.replace(u, entry_end=100_000) for u in units]
 
-    assert sorted(((u.topic, u.queue_id), u.weight) for u in units) == sorted(per_queue.items())
-    assert all((u.entry_begin, u.entry_end) == (0, 100_000) for u in units)
-    assert all(u.weight == 100_000 for u in whole)  # the size alone counted the tail
+    assert sorted(((u.topic, u.queue_id), u.entry_end) for u in units) == sorted(per_queue.items())
+    assert all(u.entry_begin == 0 for u in units)
     assert len(pack_tasks(split_units(units, MIN_TASK_ENTRIES), MIN_TASK_ENTRIES)) == 1
-    assert _read(units) == _read(whole)
-
-
-def test_pieces_of_a_partly_written_unit_cover_it_and_weigh_its_written_entries() -> None:
-    unit = QueueUnit("b", "/s", "T", 0, "cq", 0, 0, 300_000, 300_000 * 20, (), written_end=25)
-
-    pieces = split_units([unit], 10)
-
-    assert [(p.entry_begin, p.entry_end) for p in pieces] == [(0, 10), (10, 20), (20, 300_000)]
-    assert [p.weight for p in pieces] == [10, 10, 5]
+    assert _read(units) == _read(every_entry)
 
 
 def test_written_entries_end_at_the_last_entry_with_a_byte_that_is_not_zero(
