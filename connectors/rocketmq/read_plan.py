@@ -34,7 +34,8 @@ TASK_ENTRIES = 200_000
 # default parallelism), so every executor of a cluster reads, but no task below this size.
 MIN_TASK_ENTRIES = 1_024
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
-_TAIL_BLOCK = 1 << 20  # bytes read at a time in the search for a file's last entry
+_TAIL_BLOCK = 1 << 16  # bytes read at a time in the search for a file's last entry (a full
+# file: one block, so a 16m store's few hundred files cost a few MB of reads)
 
 Note = tuple[str, int | None, str]  # (broker, queue id or None, text)
 OffsetFile = tuple[str, int, int]  # (file name, start offset, size)
