@@ -44,7 +44,12 @@ from schemas.outputs import CLASSES, RESOLVED
 from transforms.offsets import with_missing_offset_warnings
 from transforms.params import RoundParams
 from transforms.round import RoundState, classify_round, shape_outputs
-from transforms.staleness import newest_records, stale_after_ms, with_stale_store_warning
+from transforms.staleness import (
+    broker_newest,
+    newest_records,
+    stale_after_ms,
+    with_stale_store_warning,
+)
 
 EXIT_OK = 0
 PHASE_PREFIX = "rmq-txn-reconcile: "
@@ -117,13 +122,15 @@ def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) 
     offsets file used), a broker's newest record too old for a live broker."""
     as_of_ms = state.params.as_of_ms
     limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
-    files = inputs.messages.sparkSession.createDataFrame(
-        list(inputs.offsets_files), "broker string, offsets_file string, offsets_note string"
+    queues = state.materialize.per_queue(
+        with_missing_offset_warnings(state.queues, inputs.offsets_files)
     )
-    queues = with_missing_offset_warnings(state.queues, files).transform(
-        with_stale_store_warning, as_of_ms, limit, state.params.reserved_ms
-    )
-    return replace(state, queues=state.materialize.per_queue(queues))
+    # Local rows, one per queue: their brokers' newest records are read without a job.
+    newest = broker_newest(queues.select("broker", "newest_ms").collect())
+    warned = with_stale_store_warning(queues, as_of_ms, limit, state.params.reserved_ms, newest)
+    # A projection of local rows: Spark folds it into them in every plan that reads it
+    # (bringing it to the driver again would be a job of its own).
+    return replace(state, queues=warned)
 
 
 def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:

@@ -32,7 +32,9 @@ def with_transaction_key(half: DataFrame) -> DataFrame:
 def resolved_transactions(
     half: DataFrame, named: DataFrame, of: DataFrame | None = None, small: bool = False
 ) -> DataFrame:
-    """``broker, queue_id, transaction_key`` of every transaction with a named record.
+    """``broker, queue_id, transaction_key`` of every transaction with a named record; a
+    key may repeat (its consumers test membership with semi or anti joins, so removing
+    repeats would cost a shuffle for nothing).
 
     ``half`` must carry ``transaction_key`` and ``prepared_queue_offset``; ``named`` is
     ``broker, queue_id, half_offset``. With ``of`` (half records), only the transactions of
@@ -42,12 +44,17 @@ def resolved_transactions(
     """
     keys = ["broker", "queue_id", TRANSACTION_KEY]
     if of is not None:
-        wanted = of.select(*keys).distinct()
-        half = half.join(F.broadcast(wanted) if small else wanted, keys, how="left_semi")
+        # A semi join ignores repeated keys on its right: a broadcast needs no distinct.
+        wanted = F.broadcast(of.select(*keys)) if small else of.select(*keys).distinct()
+        half = half.join(wanted, keys, how="left_semi")
     if small:
-        # Broadcast the few records and stream `named` past them; an offset named twice
-        # repeats a key, which the distinct below removes.
-        copies = F.broadcast(half.select(*keys, "queue_offset", "prepared_queue_offset"))
+        # Broadcast the few records and stream `named` past them. Each record stands for
+        # both offsets that resolve it (rules 1 and 2): one broadcast, not one per rule
+        # (each is a Spark job). An offset named twice repeats a key.
+        offsets = F.explode(F.array(F.col("queue_offset"), F.col("prepared_queue_offset")))
+        copies = F.broadcast(
+            half.select(*keys, offsets.alias("_resolving")).filter(F.col("_resolving").isNotNull())
+        )
         # Renamed so that the join conditions name each side unambiguously (both sides may
         # come from the same cached records).
         naming = named.select(
@@ -55,21 +62,19 @@ def resolved_transactions(
             F.col("queue_id").alias("_named_queue"),
             HALF_OFFSET,
         )
-        same_queue = (F.col("_named_broker") == F.col("broker")) & (
-            F.col("_named_queue") == F.col("queue_id")
+        same_offset = (
+            (F.col("_named_broker") == F.col("broker"))
+            & (F.col("_named_queue") == F.col("queue_id"))
+            & (F.col(HALF_OFFSET) == F.col("_resolving"))
         )
-        rule_1 = naming.join(copies, same_queue & (F.col(HALF_OFFSET) == F.col("queue_offset")))
-        rule_2 = naming.join(
-            copies, same_queue & (F.col(HALF_OFFSET) == F.col("prepared_queue_offset"))
-        )
-        return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()
+        return naming.join(copies, same_offset).select(*keys)
     by_offset = named.withColumnRenamed(HALF_OFFSET, "queue_offset")
     by_prepared = named.withColumnRenamed(HALF_OFFSET, "prepared_queue_offset")
     rule_1 = half.join(by_offset, ["broker", "queue_id", "queue_offset"], how="left_semi")
     rule_2 = half.join(
         by_prepared, ["broker", "queue_id", "prepared_queue_offset"], how="left_semi"
     )
-    return rule_1.select(*keys).unionByName(rule_2.select(*keys)).distinct()
+    return rule_1.select(*keys).unionByName(rule_2.select(*keys))
 
 
 def unresolved_half(half: DataFrame, resolved: DataFrame) -> DataFrame:

@@ -43,7 +43,13 @@ from transforms.anomalies import (
     with_run_columns,
 )
 from transforms.messages import QUEUE_KEY, is_half, is_op, offset_msg_id, stored_before
-from transforms.offsets import op_offsets, round_starts, with_h1, with_h_safe
+from transforms.offsets import (
+    round_starts,
+    window_facts,
+    window_rows,
+    with_h1,
+    with_h_safe,
+)
 from transforms.operator_fields import (
     attention_counts,
     checks_left,
@@ -57,19 +63,18 @@ from transforms.params import RoundParams
 from transforms.pending_history import first_seen_now
 from transforms.round_stages import (
     NOTE,
-    bad_record_counts,
+    bad_record_facts,
     classified,
-    in_window_counts,
     marked_records,
     no_duplicates,
-    queue_notes,
+    note_facts,
     queue_summary,
     records_from_h0,
     records_from_h0_bound,
     round_bad_records,
     round_records,
-    status_counts,
-    stop_offsets,
+    status_facts,
+    stop_facts,
     unresolved_from_h0,
     with_statuses,
 )
@@ -238,18 +243,20 @@ def classify_round(
     unresolved = unresolved_from_h0(half, op_items, from_h0, small=small)
     # Materialised: the stop offsets are aggregated from them before statuses are set.
     candidates = m.records(classified(unresolved, params))
-    h1s = m.per_queue(with_h1(starts, stop_offsets(candidates)))
-    pending = with_statuses(candidates, h1s)
-    safe = m.per_queue(with_h_safe(h1s, status_counts(pending, params)))
-    offsets = safe.join(op_offsets(ops, op_items, safe, params), QUEUE_KEY, how="left")
+    h1s = m.per_queue(with_h1(starts, stop_facts(candidates)))
+    # Materialised: counted per queue now, and the output tables are shaped from them.
+    pending = m.records(with_statuses(candidates, h1s))
+    safe = m.per_queue(with_h_safe(h1s, status_facts(pending, params)))
     # Found once: counted per queue below, then counted and written by the job.
     bad_records = m.records(round_bad_records(marked, op_items, half, bad_input))
     note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
+    # The half and op records the end offsets read, joined with the queues' window once.
+    rows = window_rows(half, ops, op_items, safe, params)
     queues = queue_summary(
-        offsets,
-        in_window_counts(half, safe),
-        bad_record_counts(bad_records),
-        queue_notes(note_rows),
+        safe,
+        window_facts(rows),
+        bad_record_facts(bad_records),
+        note_facts(note_rows),
     )
     # Left lazy: its consumer materialises it once (the job adds its warnings first).
     return RoundState(pending, queues, bad_records, params, m, RoundEvidence(half, ops, op_items))

@@ -34,8 +34,10 @@ from schemas.outputs import (
 from transforms.bad_records import duplicate_records, unparsable_op_items, unparsable_properties
 from transforms.classify import counter_after, with_round_class
 from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with_half_fields
+from transforms.offsets import p1_and_p_safe
 from transforms.ops import named_offsets, unparsable_items
 from transforms.params import RoundParams
+from transforms.per_queue import QueueFacts, carried, merged
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
 # Classes counted per queue from the statuses (resolved records are counted separately).
@@ -88,7 +90,10 @@ def unresolved_from_h0(
     ``from_h0`` may be broadcast."""
     named = named_offsets(op_items)
     resolved = resolved_transactions(half, named, of=from_h0, small=small)
-    return unresolved_half(from_h0, resolved).select(*from_h0.columns)
+    # Named copies of the few transactions from h0 are fewer than their records: broadcast.
+    return unresolved_half(from_h0, F.broadcast(resolved) if small else resolved).select(
+        *from_h0.columns
+    )
 
 
 def classified(unresolved: DataFrame, params: RoundParams) -> DataFrame:
@@ -97,11 +102,17 @@ def classified(unresolved: DataFrame, params: RoundParams) -> DataFrame:
     return with_class.select(*unresolved.columns, "immunity_ms", "age_ms", "round_class")
 
 
-def stop_offsets(candidates: DataFrame) -> DataFrame:
-    """``broker, queue_id, stop_offset``: the smallest too-young offset of each queue that
-    has one (the broker's walk stops there)."""
+def stop_facts(candidates: DataFrame) -> QueueFacts:
+    """``stop_offset``: the smallest too-young offset of each queue that has one (the
+    broker's walk stops there)."""
     too_young = candidates.filter(F.col("round_class") == TOO_YOUNG)
-    return too_young.groupBy(*QUEUE_KEY).agg(F.min("queue_offset").alias("stop_offset"))
+    rows = too_young.select(*QUEUE_KEY, F.col("queue_offset").alias("_too_young"))
+    return QueueFacts(rows, (F.min("_too_young").alias("stop_offset"),))
+
+
+def stop_offsets(candidates: DataFrame) -> DataFrame:
+    """``broker, queue_id, stop_offset`` of the queues that have one (``stop_facts``)."""
+    return merged(stop_facts(candidates))
 
 
 def with_statuses(candidates: DataFrame, h1s: DataFrame) -> DataFrame:
@@ -123,35 +134,35 @@ def with_statuses(candidates: DataFrame, h1s: DataFrame) -> DataFrame:
     )
 
 
-def status_counts(pending: DataFrame, params: RoundParams) -> DataFrame:
+def status_facts(pending: DataFrame, params: RoundParams) -> QueueFacts:
     """Per queue: a count per status, ``first_unresolved`` (bounds h_safe) and
     ``first_live_copy`` (for the discard forecast)."""
     # Every unresolved record before h1 bounds h_safe, discards included (spec 2026-11-23):
     # this job writes neither put-back copies nor TRANS_CHECK_MAX_TIME_TOPIC, so installing
     # an offset past any of them would lose it (a wrong --as-of can make all "expired").
-    before_h1 = F.col("status").isin(*UNRESOLVED_BEFORE_H1)
+    before_h1 = F.col("_status").isin(*UNRESOLVED_BEFORE_H1)
     # The first put-back whose copy the broker does not discard on sight (its fresh copy
     # ends the broker's loop).
-    live_copy = F.col("status").isin(CHECK, IMMUNE) & (F.col("counter_after") < params.check_max)
-    return pending.groupBy(*QUEUE_KEY).agg(
-        *[F.count(F.when(F.col("status") == name, 1)).alias(name) for name in STATUS_COUNTS],
-        F.min(F.when(before_h1, F.col("queue_offset"))).alias("first_unresolved"),
-        F.min(F.when(live_copy, F.col("queue_offset"))).alias("first_live_copy"),
+    live_copy = F.col("_status").isin(CHECK, IMMUNE) & (F.col("_counter_after") < params.check_max)
+    rows = pending.select(
+        *QUEUE_KEY,
+        F.col("queue_offset").alias("_offset"),
+        F.col("status").alias("_status"),
+        F.col("counter_after").alias("_counter_after"),
+    )
+    return QueueFacts(
+        rows,
+        (
+            *[F.count(F.when(F.col("_status") == name, 1)).alias(name) for name in STATUS_COUNTS],
+            F.min(F.when(before_h1, F.col("_offset"))).alias("first_unresolved"),
+            F.min(F.when(live_copy, F.col("_offset"))).alias("first_live_copy"),
+        ),
     )
 
 
-def in_window_counts(half: DataFrame, queues: DataFrame) -> DataFrame:
-    """``broker, queue_id, in_window``: half records in [h0, h1) (resolved ones are these
-    minus the unresolved ones)."""
-    window = F.broadcast(queues.select(*QUEUE_KEY, "h0", "h1"))
-    inside = (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
-    return (
-        half.select(*QUEUE_KEY, "queue_offset")
-        .join(window, QUEUE_KEY, how="inner")
-        .filter(inside)
-        .groupBy(*QUEUE_KEY)
-        .agg(F.count(F.lit(1)).alias("in_window"))
-    )
+def status_counts(pending: DataFrame, params: RoundParams) -> DataFrame:
+    """``status_facts`` of the queues with unresolved records."""
+    return merged(status_facts(pending, params))
 
 
 def round_bad_records(
@@ -198,45 +209,41 @@ def _known_queue() -> Column:
     return F.coalesce(F.col("queue_id"), F.lit(_UNKNOWN_QUEUE)).alias("queue_id")
 
 
-def bad_record_counts(bad_records: DataFrame) -> DataFrame:
-    """``broker, queue_id, bad_records`` (queue -1 for an unknown queue)."""
-    return (
-        bad_records.select("broker", _known_queue())
-        .groupBy(*QUEUE_KEY)
-        .agg(F.count(F.lit(1)).alias("bad_records"))
-    )
+def bad_record_facts(bad_records: DataFrame) -> QueueFacts:
+    """``bad_records`` per queue (queue -1 for an unknown queue)."""
+    rows = bad_records.select("broker", _known_queue(), F.lit(1).alias("_bad"))
+    return QueueFacts(rows, (F.count("_bad").alias("bad_records"),))
 
 
-def queue_notes(notes: DataFrame) -> DataFrame:
-    """``broker, queue_id, queue_notes`` (sorted; queue -1 for a whole broker)."""
-    return (
-        notes.select("broker", _known_queue(), "warning")
-        .groupBy(*QUEUE_KEY)
-        .agg(F.array_sort(F.collect_list("warning")).alias("queue_notes"))
-    )
+def note_facts(notes: DataFrame) -> QueueFacts:
+    """``queue_notes`` per queue (sorted; queue -1 for a whole broker)."""
+    rows = notes.select("broker", _known_queue(), F.col("warning").alias("_note"))
+    return QueueFacts(rows, (F.array_sort(F.collect_list("_note")).alias("queue_notes"),))
 
 
-def queue_summary(
-    queues: DataFrame, in_window: DataFrame, bad_counts: DataFrame, notes: DataFrame
-) -> DataFrame:
+def queue_summary(queues: DataFrame, *facts: QueueFacts) -> DataFrame:
     """One row per queue: offsets, class counts, bad records, warnings (``RoundState``).
+    ``queues`` has the offsets up to h_safe and the status counts; ``facts`` are
+    ``window_facts`` (``transforms.offsets``), ``bad_record_facts`` and ``note_facts``,
+    merged in one aggregate.
 
     Bad records and reader notes of queues outside the domain (e.g. a queue whose only
     record is unreadable, or a corrupt commit-log region with no queue) still get a row:
     nothing is dropped silently."""
-    joined = (
-        queues.join(in_window, QUEUE_KEY, how="left")
-        .join(bad_counts, QUEUE_KEY, how="full")
-        .join(notes, QUEUE_KEY, how="full")
-    )
+    joined = merged(carried(queues), *facts, outer=True)
     counts = {name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in STATUS_COUNTS}
     unresolved = sum((counts[name] for name in UNRESOLVED_BEFORE_H1), F.lit(0))
     resolved = F.coalesce(F.col("in_window"), F.lit(0)) - unresolved
-    offsets = ("h_committed", "h0", "h1", "h_safe", "p_committed", "p0", "p1", "p_safe")
     return joined.select(
         "broker",
         F.when(F.col("queue_id") != _UNKNOWN_QUEUE, F.col("queue_id")).alias("queue_id"),
-        *offsets,
+        "h_committed",
+        "h0",
+        "h1",
+        "h_safe",
+        "p_committed",
+        "p0",
+        *p1_and_p_safe(),
         F.when(F.col("h0").isNotNull(), resolved).otherwise(F.lit(0)).cast("long").alias(RESOLVED),
         *[column.alias(name) for name, column in counts.items()],
         F.coalesce(F.col("bad_records"), F.lit(0)).cast("long").alias("bad_records"),

@@ -9,7 +9,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from transforms.offsets import with_missing_offset_warnings
-from transforms.staleness import newest_records, stale_after_ms, with_stale_store_warning
+from transforms.staleness import (
+    broker_newest,
+    newest_records,
+    stale_after_ms,
+    with_stale_store_warning,
+)
 
 T = 1_000_000_000
 QUEUES = "broker STRING, queue_id INT, check LONG, immune LONG, discard_expired LONG, warnings ARRAY<STRING>"
@@ -54,7 +59,9 @@ def test_stale_warning_only_where_a_live_broker_would_have_written_since(
         ],
         f"{QUEUES}, newest_ms LONG",
     )
-    out = with_stale_store_warning(queues, T, limit_ms=50, reserved_ms=500)
+    newest = broker_newest(queues.select("broker", "newest_ms").collect())
+    assert newest == {"old": T - 100, "recent": T - 10, "expired": T - 1_000}
+    out = with_stale_store_warning(queues, T, limit_ms=50, reserved_ms=500, newest_by_broker=newest)
     flags = out.select(
         "broker",
         "queue_id",
@@ -90,10 +97,10 @@ def test_missing_offset_warnings_name_the_file_and_the_queue(spark: SparkSession
         "broker STRING, queue_id INT, h_committed LONG, h0 LONG, p_committed LONG, p0 LONG,"
         " warnings ARRAY<STRING>",
     )
-    files = spark.createDataFrame(
-        [("a", "config/consumerOffset.json", None), ("b", "config/consumerOffset.json.bak", "why")],
-        "broker STRING, offsets_file STRING, offsets_note STRING",
-    )
+    files = [
+        ("a", "config/consumerOffset.json", None),
+        ("b", "config/consumerOffset.json.bak", "why"),
+    ]
     out = with_missing_offset_warnings(queues, files).select("broker", "warnings")
     op, half = "RMQ_SYS_TRANS_OP_HALF_TOPIC", "RMQ_SYS_TRANS_HALF_TOPIC"
     assert_df_equality(

@@ -9,17 +9,19 @@ from __future__ import annotations
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC
 from schemas.outputs import BAD_RECORD
 from tests.transforms.builders import T, frame, half, op, params
+from transforms.offsets import window_facts, window_rows
+from transforms.per_queue import QueueFacts, merged
 from transforms.round_stages import (
     NOTE,
-    bad_record_counts,
+    bad_record_facts,
     classified,
-    in_window_counts,
     marked_records,
-    queue_notes,
+    note_facts,
     queue_summary,
     records_from_h0,
     records_from_h0_bound,
@@ -218,11 +220,21 @@ def test_in_window_counts_half_records_in_h0_to_h1(spark: SparkSession) -> None:
     half_rows = spark.createDataFrame(
         [("b", 0, 1), ("b", 0, 2), ("b", 0, 3), ("b", 0, 4)], HALF_KEYS
     )
-    queues = spark.createDataFrame(
-        [("b", 0, 2, 4)], "broker STRING, queue_id INT, h0 LONG, h1 LONG"
+    window = spark.createDataFrame(
+        [("b", 0, 2, 4, 4, 0, 0)],
+        "broker STRING, queue_id INT, h0 LONG, h1 LONG, h_safe LONG, p0 LONG, op_end LONG",
     )
+    no_ops = spark.createDataFrame([], f"{HALF_KEYS}, tags STRING")
+    no_items = spark.createDataFrame(
+        [], "broker STRING, queue_id INT, op_offset LONG, half_offset LONG"
+    )
+    rows = window_rows(half_rows, no_ops, no_items, window, params())
     expected = spark.createDataFrame([("b", 0, 2)], "broker STRING, queue_id INT, in_window LONG")
-    assert_df_equality(in_window_counts(half_rows, queues), expected, ignore_nullable=True)
+    assert_df_equality(
+        merged(window_facts(rows)).select("broker", "queue_id", "in_window"),
+        expected,
+        ignore_nullable=True,
+    )
 
 
 def _bad(topic: str, queue_offset: int, reason: str, raw_hex: str | None) -> tuple:
@@ -269,27 +281,45 @@ def test_round_bad_records_union_reader_duplicate_op_and_property_problems(
 
 def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkSession) -> None:
     queues = spark.createDataFrame(
-        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"], 9)],
+        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"], 9)],
         "broker STRING, queue_id INT, h_committed LONG, h0 LONG, h1 LONG, h_safe LONG,"
-        " p_committed LONG, p0 LONG, p1 LONG, p_safe LONG, check LONG, immune LONG,"
+        " p_committed LONG, p0 LONG, op_end LONG, check LONG, immune LONG,"
         " discard_check_max LONG, discard_expired LONG, too_young LONG, not_reached LONG,"
         " stop_offset LONG, first_live_copy LONG, offset_warnings ARRAY<STRING>,"
         " newest_ms LONG",
     )
-    in_window = spark.createDataFrame([("b", 0, 5)], "broker STRING, queue_id INT, in_window LONG")
+    # The op queue's first offsets (op_offset_facts): 0 and 1 present, nothing pending.
+    op_firsts = spark.createDataFrame(
+        [("b", 0, 0), ("b", 0, 1)], "broker STRING, queue_id INT, _present LONG"
+    )
+    op_facts = QueueFacts(
+        op_firsts,
+        (F.min("_present").alias("first_present"),)
+        + tuple(
+            F.lit(None).cast("long").alias(name)
+            for name in ("first_not_done", "first_not_done_safe", "first_gap")
+        ),
+    )
+    in_window = QueueFacts(
+        spark.createDataFrame([("b", 0, 5)], "broker STRING, queue_id INT, _in LONG"),
+        (F.sum("_in").alias("in_window"),),
+    )
     bad = spark.createDataFrame(
         [_bad(HALF_TOPIC, 1, "r", None), ("b", "f", 0, None, None, None, "corrupt", None)],
         BAD_RECORD,
     )
     notes = spark.createDataFrame([("b", None, "broker note"), ("b", 0, "queue note")], NOTE)
-    out = queue_summary(queues, in_window, bad_record_counts(bad), queue_notes(notes))
-    out = out.select("broker", "queue_id", "h1", "resolved", "check", "bad_records", "warnings")
+    out = queue_summary(queues, in_window, op_facts, bad_record_facts(bad), note_facts(notes))
+    out = out.select(
+        "broker", "queue_id", "h1", "p1", "resolved", "check", "bad_records", "warnings"
+    )
     expected = spark.createDataFrame(
         [
-            ("b", 0, 5, 4, 1, 1, ["offset note", "queue note"]),
-            ("b", None, None, 0, 0, 1, ["broker note"]),  # the unknown queue's own row
+            ("b", 0, 5, 2, 4, 1, 1, ["offset note", "queue note"]),
+            ("b", None, None, None, 0, 0, 1, ["broker note"]),  # the unknown queue's own row
         ],
-        "broker STRING, queue_id INT, h1 LONG, resolved LONG, check LONG, bad_records LONG,"
+        "broker STRING, queue_id INT, h1 LONG, p1 LONG, resolved LONG, check LONG,"
+        " bad_records LONG,"
         " warnings ARRAY<STRING>",
     )
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
