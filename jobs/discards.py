@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 # RocketMQ's own rule for topic names (TopicValidator): anything else is no queue of the
 # store (and must never become a path).
 _TOPIC_NAME = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
-QUEUE_SCHEMA = "broker string, topic string, queue_id int"
 # Where a bad record is: the same broken record found by two reads is one bad record.
 _BAD_PLACE = ["broker", "source", "position"]
 EXPORT_NOTE = (
@@ -284,7 +283,6 @@ def build_discard_history(
     named = named_real_queues(usable, params.as_of_ms) if request.stores else []
     queues = readable_queues(request.stores, named)
     commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
-    readable = spark.createDataFrame(queues, QUEUE_SCHEMA)
     if usable.filter(stored_before(params.as_of_ms)).isEmpty():
         # Nothing discarded (the usual case): the evidence joins would read the round's
         # records for nothing.
@@ -294,7 +292,7 @@ def build_discard_history(
         # The discarded transactions' half records are cached: the history's rules and the
         # findings below read them, and each read of them is a scan of every half record.
         evidence = evidence_from(
-            state.evidence, usable, pending, commits, readable, params.as_of_ms, keep
+            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep
         )
         history = discard_history(evidence, params)
         unchecked = discarded_without_check(discarded_unchecked(evidence))

@@ -15,7 +15,7 @@ Pure ``DataFrame -> DataFrame``; reading the evidence is the job's (``jobs.disca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from transforms.anomalies import RoundEvidence
+from transforms.merge import Facts, carried, merged
 from transforms.messages import offset_msg_id, stored_before, with_half_fields
 from transforms.ops import named_with_times
 from transforms.params import RoundParams
@@ -50,6 +51,8 @@ _TRANSACTION_MASK = 0xC
 _COMMIT_TYPE = 0x8
 
 DISCARD_KEY = ["broker", "discard_offset"]
+# Joins the parts of a real queue's name into one key (no topic name holds it).
+_KEY_SEPARATOR = "\u0000"
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,8 @@ class DiscardEvidence:
             ``store_timestamp_ms``).
         commits: records of the real queues the discard records name (``broker, topic,
             queue_id, sys_flag, prepared_transaction_offset, store_timestamp_ms``).
-        readable_queues: ``broker, topic, queue_id`` of the real queues that could be read.
+        readable_queues: (broker, topic, queue id) of the real queues that could be read
+            (a few, known on the driver).
     """
 
     as_of_ms: int
@@ -80,7 +84,7 @@ class DiscardEvidence:
     op_store_times: DataFrame
     pending: DataFrame
     commits: DataFrame
-    readable_queues: DataFrame
+    readable_queues: Sequence[tuple[str, str, int]]
 
 
 def evidence_from(
@@ -88,7 +92,7 @@ def evidence_from(
     discards: DataFrame,
     pending: DataFrame,
     commits: DataFrame,
-    readable_queues: DataFrame,
+    readable_queues: Sequence[tuple[str, str, int]],
     as_of_ms: int,
     keep: Callable[[DataFrame], DataFrame] = LAZY.records,
 ) -> DiscardEvidence:
@@ -148,69 +152,74 @@ def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataF
     )
 
 
-def half_facts(linked: DataFrame) -> DataFrame:
-    """Per discard row: whether any half record of its transaction remains, and the counter
-    of the latest one stored before the discard (a null counter is 0: the broker's first
-    increment makes it 1)."""
+def half_facts(linked: DataFrame) -> Facts:
+    """Per discard row: ``has_half``, whether any half record of its transaction remains
+    (null when none), and ``earlier_counter``, the counter of the latest one stored before
+    the discard (a null counter is 0: the broker's first increment makes it 1)."""
     earlier = F.col("half_stored_ms") < F.col("discarded_at_ms")
     order = F.struct(F.col("half_stored_ms"), F.col("half_offset"))
     counter = F.coalesce(F.col("half_check_times"), F.lit(0))
-    return linked.groupBy(*DISCARD_KEY).agg(
-        F.lit(True).alias("has_half"),
-        F.max_by(F.when(earlier, counter), F.when(earlier, order)).alias("earlier_counter"),
+    rows = linked.select(
+        *DISCARD_KEY,
+        F.lit(True).alias("_half"),
+        F.when(earlier, counter).alias("_counter"),
+        F.when(earlier, order).alias("_order"),
+    )
+    return Facts(
+        rows,
+        (
+            F.max("_half").alias("has_half"),
+            F.max_by("_counter", "_order").alias("earlier_counter"),
+        ),
     )
 
 
-def commit_times(linked: DataFrame, commits: DataFrame, as_of_ms: int) -> DataFrame:
-    """Per discard row: the earliest store time of a committed message in its real queue
-    whose prepared-transaction offset is the commit-log offset of one of its half records."""
+def commit_times(linked: DataFrame, commits: DataFrame, as_of_ms: int) -> Facts:
+    """Per discard row: ``commit_ms``, the earliest store time of a committed message in
+    its real queue whose prepared-transaction offset is the commit-log offset of one of its
+    half records."""
     is_commit = (F.col("sys_flag").bitwiseAND(_TRANSACTION_MASK)) == _COMMIT_TYPE
     committed = commits.filter(stored_before(as_of_ms) & is_commit).select(
         "broker",
         F.col("topic").alias("real_topic"),
         F.col("queue_id").alias("real_queue_id"),
         F.col("prepared_transaction_offset").alias("half_commitlog_offset"),
-        F.col("store_timestamp_ms").alias("commit_ms"),
+        F.col("store_timestamp_ms").alias("_commit_ms"),
     )
     on = ["broker", "real_topic", "real_queue_id", "half_commitlog_offset"]
-    return (
-        linked.join(committed, on=on, how="inner")
-        .groupBy(*DISCARD_KEY)
-        .agg(F.min("commit_ms").alias("commit_ms"))
-    )
+    rows = linked.join(committed, on=on, how="inner").select(*DISCARD_KEY, "_commit_ms")
+    return Facts(rows, (F.min("_commit_ms").alias("commit_ms"),))
 
 
-def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> DataFrame:
-    """Per discard row: the earliest store time of an op record stored before T naming one
-    of its half records."""
+def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> Facts:
+    """Per discard row: ``op_ms``, the earliest store time of an op record stored before T
+    naming one of its half records."""
     named = op_items.filter(F.col("op_store_ms") < F.lit(as_of_ms)).select(
         "broker",
         F.col("queue_id").alias("half_queue_id"),
         "half_offset",
-        F.col("op_store_ms"),
+        F.col("op_store_ms").alias("_op_ms"),
     )
-    return (
-        linked.join(named, on=["broker", "half_queue_id", "half_offset"], how="inner")
-        .groupBy(*DISCARD_KEY)
-        .agg(F.min("op_store_ms").alias("op_ms"))
-    )
+    on = ["broker", "half_queue_id", "half_offset"]
+    rows = linked.join(named, on=on, how="inner").select(*DISCARD_KEY, "_op_ms")
+    return Facts(rows, (F.min("_op_ms").alias("op_ms"),))
 
 
-def resumed_pending(rows: DataFrame, pending: DataFrame) -> DataFrame:
-    """``DISCARD_KEY`` of the discard rows whose transaction has a pending row of this round
-    stored after the discard: a copy put back by a resume. (A pending record stored before
-    the discard is the discarded copy itself, below a committed offset that did not move.)"""
+def resumed_pending(rows: DataFrame, pending: DataFrame) -> Facts:
+    """Per discard row: ``is_pending`` (true, else null) when its transaction has a pending
+    row of this round stored after the discard: a copy put back by a resume. (A pending
+    record stored before the discard is the discarded copy itself, below a committed
+    offset that did not move.)"""
     later = pending.filter(F.col("uniq_key").isNotNull()).select(
         "broker", "uniq_key", F.col("store_timestamp_ms").alias("pending_stored_ms")
     )
-    return (
+    resumed = (
         rows.select(*DISCARD_KEY, "uniq_key", "discarded_at_ms")
         .join(later, on=["broker", "uniq_key"], how="inner")
         .filter(F.col("pending_stored_ms") > F.col("discarded_at_ms"))
-        .select(*DISCARD_KEY)
-        .distinct()
-        .withColumn("is_pending", F.lit(True))
+        .select(*DISCARD_KEY, F.lit(True).alias("_pending"))
     )
+    return Facts(resumed, (F.max("_pending").alias("is_pending"),))
 
 
 def discarded_unchecked(evidence: DiscardEvidence) -> DataFrame:
@@ -251,27 +260,31 @@ def discarded_unchecked(evidence: DiscardEvidence) -> DataFrame:
 
 
 def with_flags(evidence: DiscardEvidence) -> DataFrame:
-    """The discard rows with every fact the rules read (left joins: one row per record)."""
+    """The discard rows with every fact the rules read: one row per record, the facts
+    merged in one aggregate (``transforms.merge``) instead of a join each."""
     rows, linked, as_of_ms = evidence.rows, evidence.linked, evidence.as_of_ms
-    readable = evidence.readable_queues.select(
-        "broker",
-        F.col("topic").alias("real_topic"),
-        F.col("queue_id").alias("real_queue_id"),
-        F.lit(True).alias("queue_readable"),
-    ).distinct()
+    # A literal set, not a join: the queues are a few, and a join with them is a job.
+    real_queue = [F.col("broker"), F.col("real_topic"), F.col("real_queue_id").cast("string")]
+    known = F.concat_ws(_KEY_SEPARATOR, *real_queue).isin(
+        sorted({_KEY_SEPARATOR.join(map(str, queue)) for queue in evidence.readable_queues})
+    )
+    readable = F.when(
+        F.col("real_topic").isNotNull() & F.col("real_queue_id").isNotNull() & known, True
+    )
     oldest_op = (
         evidence.op_store_times.filter(stored_before(as_of_ms))
         .groupBy("broker")
         .agg(F.min("store_timestamp_ms").alias("oldest_op_ms"))
     )
-    return (
-        rows.join(half_facts(linked), on=DISCARD_KEY, how="left")
-        .join(commit_times(linked, evidence.commits, as_of_ms), on=DISCARD_KEY, how="left")
-        .join(op_times(linked, evidence.op_items, as_of_ms), on=DISCARD_KEY, how="left")
-        .join(resumed_pending(rows, evidence.pending), on=DISCARD_KEY, how="left")
-        .join(readable, on=["broker", "real_topic", "real_queue_id"], how="left")
-        .join(oldest_op, on="broker", how="left")
+    facts = merged(
+        carried(rows, DISCARD_KEY),
+        half_facts(linked),
+        commit_times(linked, evidence.commits, as_of_ms),
+        op_times(linked, evidence.op_items, as_of_ms),
+        resumed_pending(rows, evidence.pending),
+        keys=DISCARD_KEY,
     )
+    return facts.withColumn("queue_readable", readable).join(oldest_op, on="broker", how="left")
 
 
 def discard_reason(params: RoundParams) -> Column:

@@ -10,10 +10,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
+from transforms.merge import Facts, carried, merged, per_broker
 from transforms.messages import QUEUE_KEY, stored_before
 from transforms.ops import HALF_OFFSET, OP_OFFSET, is_remove_op
 from transforms.params import RoundParams
-from transforms.per_queue import QueueFacts, carried, merged, per_broker
 
 TOPIC_QUEUE_KEY = ["broker", "topic", "queue_id"]
 TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
@@ -168,7 +168,7 @@ def round_starts(readable: DataFrame, committed: DataFrame, as_of_ms: int) -> Da
     return queue_starts(queue_bounds(_topic_rows(readable, committed), as_of_ms))
 
 
-def with_h1(starts: DataFrame, stops: QueueFacts) -> DataFrame:
+def with_h1(starts: DataFrame, stops: Facts) -> DataFrame:
     """``starts`` plus ``stop_offset`` (the smallest too-young offset from h0, from
     ``stops``; null when none) and ``h1``: the stop offset, else the half queue's end."""
     joined = merged(carried(starts), stops)
@@ -176,7 +176,7 @@ def with_h1(starts: DataFrame, stops: QueueFacts) -> DataFrame:
     return joined.select(*starts.columns, "stop_offset", h1.alias("h1"))
 
 
-def with_h_safe(queues: DataFrame, per_status: QueueFacts) -> DataFrame:
+def with_h_safe(queues: DataFrame, per_status: Facts) -> DataFrame:
     """``queues`` (with ``h1``) plus the aggregates of ``per_status`` and ``h_safe``: h1,
     or the first unresolved record before it (``first_unresolved``) when that is smaller."""
     joined = merged(carried(queues), per_status)
@@ -229,7 +229,7 @@ def window_rows(
     return joined.filter(wanted)
 
 
-def window_facts(rows: DataFrame) -> QueueFacts:
+def window_facts(rows: DataFrame) -> Facts:
     """Per queue, from ``window_rows``: ``in_window``, the half records in [h0, h1)
     (resolved ones are these minus the unresolved ones); ``first_present``, the first op
     offset from p0; ``first_not_done`` and ``first_not_done_safe``, the first whose largest
@@ -262,7 +262,7 @@ def window_facts(rows: DataFrame) -> QueueFacts:
         F.when(not_done_safe, at).alias("_not_done_safe"),
         F.when(gap, at).alias("_gap"),
     )
-    return QueueFacts(
+    return Facts(
         firsts,
         (
             F.count("_in_window").alias("in_window"),

@@ -33,11 +33,11 @@ from schemas.outputs import (
 )
 from transforms.bad_records import duplicate_records, unparsable_op_items, unparsable_properties
 from transforms.classify import counter_after, with_round_class
+from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with_half_fields
 from transforms.offsets import p1_and_p_safe
 from transforms.ops import named_offsets, unparsable_items
 from transforms.params import RoundParams
-from transforms.per_queue import QueueFacts, carried, merged
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
 # Classes counted per queue from the statuses (resolved records are counted separately).
@@ -102,12 +102,12 @@ def classified(unresolved: DataFrame, params: RoundParams) -> DataFrame:
     return with_class.select(*unresolved.columns, "immunity_ms", "age_ms", "round_class")
 
 
-def stop_facts(candidates: DataFrame) -> QueueFacts:
+def stop_facts(candidates: DataFrame) -> Facts:
     """``stop_offset``: the smallest too-young offset of each queue that has one (the
     broker's walk stops there)."""
     too_young = candidates.filter(F.col("round_class") == TOO_YOUNG)
     rows = too_young.select(*QUEUE_KEY, F.col("queue_offset").alias("_too_young"))
-    return QueueFacts(rows, (F.min("_too_young").alias("stop_offset"),))
+    return Facts(rows, (F.min("_too_young").alias("stop_offset"),))
 
 
 def stop_offsets(candidates: DataFrame) -> DataFrame:
@@ -134,7 +134,7 @@ def with_statuses(candidates: DataFrame, h1s: DataFrame) -> DataFrame:
     )
 
 
-def status_facts(pending: DataFrame, params: RoundParams) -> QueueFacts:
+def status_facts(pending: DataFrame, params: RoundParams) -> Facts:
     """Per queue: a count per status, ``first_unresolved`` (bounds h_safe) and
     ``first_live_copy`` (for the discard forecast)."""
     # Every unresolved record before h1 bounds h_safe, discards included (spec 2026-11-23):
@@ -150,7 +150,7 @@ def status_facts(pending: DataFrame, params: RoundParams) -> QueueFacts:
         F.col("status").alias("_status"),
         F.col("counter_after").alias("_counter_after"),
     )
-    return QueueFacts(
+    return Facts(
         rows,
         (
             *[F.count(F.when(F.col("_status") == name, 1)).alias(name) for name in STATUS_COUNTS],
@@ -209,19 +209,19 @@ def _known_queue() -> Column:
     return F.coalesce(F.col("queue_id"), F.lit(_UNKNOWN_QUEUE)).alias("queue_id")
 
 
-def bad_record_facts(bad_records: DataFrame) -> QueueFacts:
+def bad_record_facts(bad_records: DataFrame) -> Facts:
     """``bad_records`` per queue (queue -1 for an unknown queue)."""
     rows = bad_records.select("broker", _known_queue(), F.lit(1).alias("_bad"))
-    return QueueFacts(rows, (F.count("_bad").alias("bad_records"),))
+    return Facts(rows, (F.count("_bad").alias("bad_records"),))
 
 
-def note_facts(notes: DataFrame) -> QueueFacts:
+def note_facts(notes: DataFrame) -> Facts:
     """``queue_notes`` per queue (sorted; queue -1 for a whole broker)."""
     rows = notes.select("broker", _known_queue(), F.col("warning").alias("_note"))
-    return QueueFacts(rows, (F.array_sort(F.collect_list("_note")).alias("queue_notes"),))
+    return Facts(rows, (F.array_sort(F.collect_list("_note")).alias("queue_notes"),))
 
 
-def queue_summary(queues: DataFrame, *facts: QueueFacts) -> DataFrame:
+def queue_summary(queues: DataFrame, *facts: Facts) -> DataFrame:
     """One row per queue: offsets, class counts, bad records, warnings (``RoundState``).
     ``queues`` has the offsets up to h_safe and the status counts; ``facts`` are
     ``window_facts`` (``transforms.offsets``), ``bad_record_facts`` and ``note_facts``,

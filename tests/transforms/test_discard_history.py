@@ -120,9 +120,7 @@ def _history(spark: SparkSession) -> DataFrame:
         [(BROKER, "K7", T - 5 * S), (BROKER, "K8", T - 40 * S)],
         "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
     )
-    readable = spark.createDataFrame(
-        [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
-    )
+    readable = [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)]
     evidence = evidence_from(
         _round(spark, case["records"]),
         frame(spark, case["discards"]),
@@ -191,7 +189,7 @@ def test_rows_have_the_table_schema_and_this_run(spark: SparkSession) -> None:
 def test_a_discard_stored_at_or_after_t_does_not_exist_yet(spark: SparkSession) -> None:
     late = discard(0, "K0", 16, 100 * S, stored_age_ms=0)
     empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
-    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    queues: list[tuple[str, str, int]] = []
     evidence = evidence_from(
         _round(spark, []), frame(spark, [late]), empty, frame(spark, []), queues, T
     )
@@ -202,7 +200,7 @@ def test_evidence_cut_at_another_t_is_refused(spark: SparkSession) -> None:
     """The discard rows and their transactions are cut at the evidence's T: a run at another
     T would decide rows that do not exist at its own."""
     empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
-    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    queues: list[tuple[str, str, int]] = []
     evidence = evidence_from(
         _round(spark, []), frame(spark, []), empty, frame(spark, []), queues, T - 1
     )
@@ -216,7 +214,7 @@ def test_the_counter_tie_follows_the_run_check_max(spark: SparkSession) -> None:
     records = [_h(0, "K0", 15, 40 * S)]
     d = discard(0, "K0", 16, 80 * HOUR)
     pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
-    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    queues: list[tuple[str, str, int]] = []
     evidence = evidence_from(
         _round(spark, records), frame(spark, [d]), pending, frame(spark, []), queues, T
     )
@@ -247,7 +245,7 @@ def test_a_discard_after_only_immunity_copies_is_a_finding_and_a_check_copy_is_n
     ]
     discards = [discard(n, f"K{n}", 15, 80 * HOUR) for n in (20, 21, 22, 23)]
     pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
-    queues = spark.createDataFrame([], "broker STRING, topic STRING, queue_id INT")
+    queues: list[tuple[str, str, int]] = []
     evidence = evidence_from(
         _round(spark, records), frame(spark, discards), pending, frame(spark, []), queues, T
     )
@@ -295,9 +293,7 @@ def test_unknown_wins_over_pending_again_and_pending_again_over_committed(
         + [(BROKER, "K63", T - 40 * S)],
         "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
     )
-    readable = spark.createDataFrame(
-        [(BROKER, "ORDERS", 0)], "broker STRING, topic STRING, queue_id INT"
-    )
+    readable = [(BROKER, "ORDERS", 0)]
     commits = [commit(h61, 5 * S), commit(h63, 5 * S)]
     evidence = evidence_from(
         _round(spark, records),

@@ -10,8 +10,8 @@ from pyspark.sql import functions as F
 
 from schemas.messages import COMMITTED_OFFSET, HALF_TOPIC, OP_TOPIC
 from tests.transforms.builders import T, params
+from transforms.merge import Facts
 from transforms.offsets import op_offsets, round_starts, with_h1, with_h_safe
-from transforms.per_queue import QueueFacts
 
 QUEUE = "broker STRING, queue_id INT"
 OPS = f"{QUEUE}, queue_offset LONG, tags STRING"
@@ -63,7 +63,7 @@ def test_h1_is_the_stop_offset_else_the_half_end(spark: SparkSession) -> None:
         [("b", 0, 0, 9, 3, 3), ("b", 1, 0, 4, None, 4)],
         f"{QUEUE}, h0 LONG, half_end LONG, stop_offset LONG, h1 LONG",
     )
-    facts = QueueFacts(stops, (F.min("stop_offset").alias("stop_offset"),))
+    facts = Facts(stops, (F.min("stop_offset").alias("stop_offset"),))
     assert_df_equality(
         with_h1(starts, facts), expected, ignore_row_order=True, ignore_nullable=True
     )
@@ -78,7 +78,7 @@ def test_h_safe_stops_at_the_first_unresolved_record_before_h1(spark: SparkSessi
         [("b", 0, 8, 2, 1, 1), ("b", 1, 4, None, None, 4)],
         f"{QUEUE}, h1 LONG, check LONG, first_unresolved LONG, h_safe LONG",
     )
-    facts = QueueFacts(
+    facts = Facts(
         per_status,
         (F.sum("check").alias("check"), F.min("first_unresolved").alias("first_unresolved")),
     )

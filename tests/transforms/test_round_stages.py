@@ -14,8 +14,8 @@ from pyspark.sql import functions as F
 from schemas.messages import HALF_TOPIC, OP_TOPIC
 from schemas.outputs import BAD_RECORD
 from tests.transforms.builders import T, frame, half, op, params
+from transforms.merge import Facts, merged
 from transforms.offsets import window_facts, window_rows
-from transforms.per_queue import QueueFacts, merged
 from transforms.round_stages import (
     NOTE,
     bad_record_facts,
@@ -292,7 +292,7 @@ def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkS
     op_firsts = spark.createDataFrame(
         [("b", 0, 0), ("b", 0, 1)], "broker STRING, queue_id INT, _present LONG"
     )
-    op_facts = QueueFacts(
+    op_facts = Facts(
         op_firsts,
         (F.min("_present").alias("first_present"),)
         + tuple(
@@ -300,7 +300,7 @@ def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkS
             for name in ("first_not_done", "first_not_done_safe", "first_gap")
         ),
     )
-    in_window = QueueFacts(
+    in_window = Facts(
         spark.createDataFrame([("b", 0, 5)], "broker STRING, queue_id INT, _in LONG"),
         (F.sum("_in").alias("in_window"),),
     )

@@ -6,12 +6,12 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from transforms.per_queue import QueueFacts, carried, merged, per_broker
+from transforms.merge import Facts, carried, merged, per_broker
 
 QUEUE = "broker STRING, queue_id INT"
 
 
-def _parts(spark: SparkSession) -> tuple[QueueFacts, QueueFacts, QueueFacts]:
+def _parts(spark: SparkSession) -> tuple[Facts, Facts, Facts]:
     queues = spark.createDataFrame(
         [("a", 0, 10, ["w"]), ("a", 1, None, [])], f"{QUEUE}, h0 LONG, notes ARRAY<STRING>"
     )
@@ -23,8 +23,8 @@ def _parts(spark: SparkSession) -> tuple[QueueFacts, QueueFacts, QueueFacts]:
     bad = spark.createDataFrame([("a", 0), ("a", 1), ("a", 1)], QUEUE).withColumn("_bad", F.lit(1))
     return (
         carried(queues),
-        QueueFacts(offsets, (F.min("_offset").alias("first"), F.count("_offset").alias("n"))),
-        QueueFacts(bad, (F.count("_bad").alias("bad"),)),
+        Facts(offsets, (F.min("_offset").alias("first"), F.count("_offset").alias("n"))),
+        Facts(bad, (F.count("_bad").alias("bad"),)),
     )
 
 
