@@ -9,9 +9,13 @@ the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+
+from transforms.messages import QUEUE_KEY
+from transforms.queue_values import joined_values, literal_values
 
 # Up to this many records from h0 (bounded by the queues' offsets), the round's joins
 # broadcast them (the usual case: the committed offset is near the end of the queue);
@@ -23,6 +27,11 @@ BROADCAST_ROWS = 2_000_000
 # filling the driver's memory.
 MAX_QUEUE_ROWS = 100_000
 
+
+# Up to this many queues, per-queue values ride in the plan as a literal map that each
+# record looks up (a scan of its keys), not a broadcast join (a Spark job per broadcast);
+# the transaction topics have one queue per broker.
+LITERAL_QUEUES = 64
 
 # Operators that keep a plan "narrow": each output row is computed from one input row.
 _NARROW = {"Project", "Filter", "SubqueryAlias"}
@@ -91,14 +100,19 @@ class DriverRowsError(RuntimeError):
 
 class SparkMaterializer:
     """Cuts the lineage of record-level frames, caches the few records that several rules
-    read (``kept``), localises per-queue frames, and bounds the records from h0 to choose
-    broadcast or shuffle."""
+    read (``kept``), localises per-queue frames, bounds the records from h0 to choose
+    broadcast or shuffle, and attaches per-queue values as literals when the queues are
+    few."""
 
     def __init__(
-        self, broadcast_rows: int = BROADCAST_ROWS, max_queue_rows: int = MAX_QUEUE_ROWS
+        self,
+        broadcast_rows: int = BROADCAST_ROWS,
+        max_queue_rows: int = MAX_QUEUE_ROWS,
+        literal_queues: int = LITERAL_QUEUES,
     ) -> None:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
+        self.literal_queues = literal_queues
         self._kept: list[DataFrame] = []
 
     def records(self, frame: DataFrame) -> DataFrame:
@@ -148,6 +162,15 @@ class SparkMaterializer:
         if len(rows) > self.max_queue_rows:
             raise DriverRowsError(f"{len(rows)} per-queue bounds, more than any set of queues")
         return sum(row["rows"] for row in rows) <= self.broadcast_rows
+
+    def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
+        """``records`` with ``columns`` of the per-queue frame ``queues``: up to
+        ``literal_queues`` queues as a literal map in the plan (its rows are local after
+        ``per_queue``: collecting them runs no job), beyond as a broadcast join (a job)."""
+        rows = queues.select(*QUEUE_KEY, *columns).collect()  # one row per queue
+        if len(rows) > self.literal_queues:
+            return joined_values(records, queues, columns)
+        return literal_values(records, queues, rows, columns)
 
     def release(self) -> None:
         """Unpersist what ``kept`` cached (``records`` keeps no cache: Spark drops the

@@ -14,6 +14,7 @@ from transforms.merge import Facts, carried, merged, per_broker
 from transforms.messages import QUEUE_KEY, stored_before
 from transforms.ops import HALF_OFFSET, OP_OFFSET, is_remove_op
 from transforms.params import RoundParams
+from transforms.queue_values import Attach, joined_values
 
 TOPIC_QUEUE_KEY = ["broker", "topic", "queue_id"]
 TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
@@ -192,13 +193,18 @@ WINDOW = ("h0", "h1", "h_safe", "p0", "op_end")
 
 
 def window_rows(
-    half: DataFrame, ops: DataFrame, op_items: DataFrame, window: DataFrame, params: RoundParams
+    half: DataFrame,
+    ops: DataFrame,
+    op_items: DataFrame,
+    window: DataFrame,
+    params: RoundParams,
+    attach: Attach = joined_values,
 ) -> DataFrame:
     """What the round's end offsets read, as rows of one frame joined once with the
     per-queue ``window`` (``broker, queue_id`` and ``WINDOW``): half records in [h0, h1)
     (kind ``half``), op records from p0 (``op``, with ``stalls``), each op offset's
     successor (``next``) and each named offset of an op record from p0 (``item``, the
-    offset in ``named``). One broadcast for all of them: each is a Spark job."""
+    offset in ``named``). One ``attach`` for all of them: a broadcast is a Spark job."""
     # A 4.9 broker never marks an op record of another tag done: its op offset stays there
     # for good (p1). Passing it loses nothing, so p_safe does not stop there.
     stalls = F.lit(params.broker_version == "4.9") & ~F.coalesce(is_remove_op(), F.lit(False))
@@ -225,8 +231,7 @@ def window_rows(
         # a successor of an op record from p0
         | ((kind == _NEXT) & (at > F.col("p0")))
     )
-    joined = rows.join(F.broadcast(window.select(*QUEUE_KEY, *WINDOW)), QUEUE_KEY, how="inner")
-    return joined.filter(wanted)
+    return attach(rows, window, WINDOW).filter(wanted)
 
 
 def window_facts(rows: DataFrame) -> Facts:

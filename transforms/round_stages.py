@@ -38,6 +38,7 @@ from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with
 from transforms.offsets import p1_and_p_safe
 from transforms.ops import named_offsets, unparsable_items
 from transforms.params import RoundParams
+from transforms.queue_values import Attach, joined_values
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
 # Classes counted per queue from the statuses (resolved records are counted separately).
@@ -64,11 +65,12 @@ def marked_records(records: DataFrame) -> DataFrame:
     return mark_duplicates(records, F.col(OFFSET_UNIQUE)).drop(OFFSET_UNIQUE)
 
 
-def records_from_h0(half: DataFrame, starts: DataFrame) -> DataFrame:
+def records_from_h0(
+    half: DataFrame, starts: DataFrame, attach: Attach = joined_values
+) -> DataFrame:
     """Half records at offsets >= h0 of their queue: the only ones classified."""
-    h0 = starts.select(*QUEUE_KEY, "h0")
     return (
-        half.join(F.broadcast(h0), QUEUE_KEY, how="inner")
+        attach(half, starts, ["h0"])
         .filter(F.col("queue_offset") >= F.col("h0"))
         .select(*half.columns)
     )
@@ -115,11 +117,12 @@ def stop_offsets(candidates: DataFrame) -> DataFrame:
     return merged(stop_facts(candidates))
 
 
-def with_statuses(candidates: DataFrame, h1s: DataFrame) -> DataFrame:
+def with_statuses(
+    candidates: DataFrame, h1s: DataFrame, attach: Attach = joined_values
+) -> DataFrame:
     """Candidates with ``status`` and ``counter_after`` in place of ``round_class``. Before
     h1 a record keeps its class; the too-young record at h1 stops the round; everything
     after it is not reached this round."""
-    bounds = F.broadcast(h1s.select(*QUEUE_KEY, "h1", "stop_offset"))
     offset = F.col("queue_offset")
     status = (
         F.when(offset < F.col("h1"), F.col("round_class"))
@@ -128,7 +131,7 @@ def with_statuses(candidates: DataFrame, h1s: DataFrame) -> DataFrame:
     )
     kept = [name for name in candidates.columns if name != "round_class"]
     return (
-        candidates.join(bounds, QUEUE_KEY, how="inner")
+        attach(candidates, h1s, ["h1", "stop_offset"])
         .withColumn("status", status)
         .select(*kept, "status", counter_after(F.col("status")).alias("counter_after"))
     )

@@ -1,0 +1,55 @@
+"""Per-queue values attached to records: a broadcast join, or a literal the records look up.
+
+The round attaches values of one row per queue (h0, h1, the window of the end offsets) to
+its records. A broadcast join does it for any number of queues, but every broadcast is a
+Spark job of its own, a local relation's too; a handful of queues (the transaction topics
+have one queue per broker) can ride in the plan as a literal map instead, and cost no job.
+Which one a run uses is the job's decision (``jobs.materialize``); both give the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import functions as F
+
+from transforms.messages import QUEUE_KEY
+
+# (records, per-queue frame, value columns) -> the records of the frame's queues, with
+# the value columns: ``joined_values`` or ``literal_values`` over the frame's rows.
+Attach = Callable[[DataFrame, DataFrame, Sequence[str]], DataFrame]
+
+_VALUES = "_queue_values"
+
+
+def joined_values(records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """``records`` inner-joined with ``columns`` of ``queues`` (one row per queue)."""
+    values = F.broadcast(queues.select(*QUEUE_KEY, *columns))
+    return records.join(values, QUEUE_KEY, how="inner")
+
+
+def literal_values(
+    records: DataFrame, queues: DataFrame, rows: Sequence[Row], columns: Sequence[str]
+) -> DataFrame:
+    """What ``joined_values`` gives, from ``rows`` (the rows of ``queues``, already on the
+    driver) as a literal map from ``broker, queue_id`` to the values: each record looks
+    its queue up (a scan of the map's keys: for a handful of queues)."""
+    types = {field.name: field.dataType for field in queues.schema.fields}
+
+    def key(broker: Column, queue_id: Column) -> Column:
+        return F.struct(broker.alias("broker"), queue_id.cast("int").alias("queue_id"))
+
+    entries = []
+    for row in rows:
+        entries.append(key(F.lit(row["broker"]), F.lit(row["queue_id"])))
+        entries.append(
+            F.struct(*[F.lit(row[name]).cast(types[name]).alias(name) for name in columns])
+        )
+    if not entries:
+        return records.limit(0).select("*", *[F.lit(None).cast(types[n]).alias(n) for n in columns])
+    values = F.element_at(F.create_map(*entries), key(F.col("broker"), F.col("queue_id")))
+    found = records.withColumn(_VALUES, values).filter(F.col(_VALUES).isNotNull())
+    return found.select(
+        *records.columns, *[F.col(f"{_VALUES}.{name}").alias(name) for name in columns]
+    )
