@@ -40,6 +40,27 @@ def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
     assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
+@pytest.mark.parametrize("limit", [1, 2], ids=["join", "literal"])
+def test_attach_gives_the_joins_rows_as_a_literal_up_to_the_limit(
+    spark: SparkSession, limit: int
+) -> None:
+    queues = SparkMaterializer().per_queue(
+        spark.createDataFrame([("a", 0, 5, []), ("a", 1, None, [])], QUEUES)
+    )
+    records = spark.createDataFrame(
+        [("a", 0, 1), ("a", 1, 2), ("b", 0, 3)], "broker STRING, queue_id INT, queue_offset LONG"
+    )
+    got = SparkMaterializer(literal_queues=limit).attach(records, queues, ["h0"])
+    plan = got._jdf.queryExecution().optimizedPlan().toString()
+    # Two queues: over a limit of 1 the values are joined, within 2 looked up.
+    assert ("Join" in plan) == (limit == 1)
+    expected = spark.createDataFrame(
+        [("a", 0, 1, 5), ("a", 1, 2, None)],
+        "broker STRING, queue_id INT, queue_offset LONG, h0 LONG",
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_records_cuts_the_lineage_to_one_leaf_and_caches_nothing(spark: SparkSession) -> None:
     spark.catalog.clearCache()
     frame = spark.range(6).selectExpr("id % 3 AS queue_id", "id").groupBy("queue_id").count()
