@@ -7,7 +7,9 @@ queue (a put-back copy of a transaction resolved through another copy). Rules 2 
 beyond the broker on purpose: the job reports what is really pending.
 
 All three rules reduce to one question per *transaction*: did any of its records get
-named? So the work is two semi-joins to find named transactions, then one anti-join.
+named? So the work is to find the named transactions (one join of the named offsets
+with the few records' two offsets, or two semi-joins when they are many), then one
+anti-join.
 """
 
 from __future__ import annotations

@@ -9,8 +9,10 @@ what is cached or brought to the driver is the caller's decision (``Materializer
 Scale notes: no stage walks a queue with a window (half queue 0 holds every
 transaction, so a window per queue would be one task). The walk's stop rule is an
 aggregate ("the smallest too-young offset"), done-ness of op records a comparison with
-each record's largest named offset, and the first missing op offset an anti-join of
-``offset + 1`` against the offsets present (``transforms.offsets``).
+each record's largest named offset, and the first missing op offset the first
+``offset + 1`` of a present offset that is not present itself, found by one aggregate per
+op offset (``transforms.offsets.window_facts``). Per-queue facts are merged by one
+aggregate over a union of their parts, not by joins (``transforms.merge``).
 """
 
 from __future__ import annotations
