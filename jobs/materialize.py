@@ -167,8 +167,9 @@ class SparkMaterializer:
         """``records`` with ``columns`` of the per-queue frame ``queues``: up to
         ``literal_queues`` queues as a literal map in the plan (its rows are local after
         ``per_queue``: collecting them runs no job), beyond as a broadcast join (a job)."""
-        # At most one row past the limit reaches the driver, whatever the frame.
-        rows = queues.select(*QUEUE_KEY, *columns).limit(self.literal_queues + 1).collect()
+        # One row per queue, and at most one past the limit, whatever the frame.
+        limited = queues.select(*QUEUE_KEY, *columns).limit(self.literal_queues + 1)
+        rows = limited.collect()  # <= literal_queues + 1 rows
         if len(rows) > self.literal_queues:
             return joined_values(records, queues, columns)
         return literal_values(records, queues, rows, columns)

@@ -126,7 +126,7 @@ def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) 
         with_missing_offset_warnings(state.queues, inputs.offsets_files)
     )
     # Local rows, one per queue: their brokers' newest records are read without a job.
-    newest = broker_newest(queues.select("broker", "newest_ms").collect())
+    newest = broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
     warned = with_stale_store_warning(queues, as_of_ms, limit, state.params.reserved_ms, newest)
     # A projection of local rows: Spark folds it into them in every plan that reads it
     # (bringing it to the driver again would be a job of its own).

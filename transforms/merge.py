@@ -12,7 +12,7 @@ aggregates see only its own rows, as long as no two parts share a column name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -59,13 +59,3 @@ def merged(*parts: Facts, keys: Sequence[str] = QUEUE_KEY, outer: bool = False) 
     if outer:
         return facts.drop(_CARRIED)
     return facts.filter(F.col(_CARRIED).isNotNull()).drop(_CARRIED)
-
-
-def per_broker(values: Mapping[str, object], data_type: str) -> Column:
-    """``values[broker]`` of each row's ``broker`` (null when absent), from a literal map.
-    For a handful of values known on the driver (one per broker): a join with a frame of
-    them is a Spark job (a broadcast), a literal is none."""
-    entries = [F.lit(item) for pair in sorted(values.items()) for item in pair]
-    if not entries:
-        return F.lit(None).cast(data_type)
-    return F.element_at(F.create_map(*entries), F.col("broker")).cast(data_type)

@@ -10,11 +10,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from schemas.messages import HALF_TOPIC, OP_TOPIC, TRANS_GROUP
-from transforms.merge import Facts, carried, merged, per_broker
+from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY, stored_before
 from transforms.ops import HALF_OFFSET, OP_OFFSET, is_remove_op
 from transforms.params import RoundParams
-from transforms.queue_values import Attach, joined_values
+from transforms.queue_values import Attach, joined_values, per_broker
 
 TOPIC_QUEUE_KEY = ["broker", "topic", "queue_id"]
 TRANSACTION_TOPICS = (HALF_TOPIC, OP_TOPIC)
@@ -289,16 +289,3 @@ def p1_and_p_safe() -> list[Column]:
         F.least(first_missing, F.col("first_not_done"), F.col("op_end")).alias("p1"),
         F.least(first_missing, F.col("first_not_done_safe"), F.col("op_end")).alias("p_safe"),
     ]
-
-
-def op_offsets(
-    ops: DataFrame, op_items: DataFrame, queues: DataFrame, params: RoundParams
-) -> DataFrame:
-    """``broker, queue_id, p1, p_safe`` (``p1_and_p_safe``) of every queue of ``queues``
-    (``p0, op_end, h1, h_safe`` per queue)."""
-    window = queues.select(
-        *QUEUE_KEY, "p0", "op_end", "h1", "h_safe", F.lit(None).cast("long").alias("h0")
-    )
-    empty_half = ops.select(*QUEUE_KEY, "queue_offset").limit(0)
-    rows = window_rows(empty_half, ops, op_items, window, params)
-    return merged(carried(window), window_facts(rows)).select(*QUEUE_KEY, *p1_and_p_safe())

@@ -1,4 +1,5 @@
-"""Per-queue values attached to records: a broadcast join, or a literal the records look up.
+"""Per-queue (and per-broker) values attached to records: a broadcast join, or a literal
+the records look up.
 
 The round attaches values of one row per queue (h0, h1, the window of the end offsets) to
 its records. A broadcast join does it for any number of queues, but every broadcast is a
@@ -9,7 +10,7 @@ Which one a run uses is the job's decision (``jobs.materialize``); both give the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
@@ -53,3 +54,13 @@ def literal_values(
     return found.select(
         *records.columns, *[F.col(f"{_VALUES}.{name}").alias(name) for name in columns]
     )
+
+
+def per_broker(values: Mapping[str, object], data_type: str) -> Column:
+    """``values[broker]`` of each row's ``broker`` (null when absent), from a literal map.
+    For a handful of values known on the driver (one per broker): a join with a frame of
+    them is a Spark job (a broadcast), a literal is none."""
+    entries = [F.lit(item) for pair in sorted(values.items()) for item in pair]
+    if not entries:
+        return F.lit(None).cast(data_type)
+    return F.element_at(F.create_map(*entries), F.col("broker")).cast(data_type)

@@ -114,11 +114,6 @@ def stop_facts(candidates: DataFrame) -> Facts:
     return Facts(rows, (F.min("_too_young").alias("stop_offset"),))
 
 
-def stop_offsets(candidates: DataFrame) -> DataFrame:
-    """``broker, queue_id, stop_offset`` of the queues that have one (``stop_facts``)."""
-    return merged(stop_facts(candidates))
-
-
 def with_statuses(
     candidates: DataFrame, h1s: DataFrame, attach: Attach = joined_values
 ) -> DataFrame:
@@ -163,11 +158,6 @@ def status_facts(pending: DataFrame, params: RoundParams) -> Facts:
             F.min(F.when(live_copy, F.col("_offset"))).alias("first_live_copy"),
         ),
     )
-
-
-def status_counts(pending: DataFrame, params: RoundParams) -> DataFrame:
-    """``status_facts`` of the queues with unresolved records."""
-    return merged(status_facts(pending, params))
 
 
 def round_bad_records(

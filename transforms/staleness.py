@@ -15,8 +15,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from schemas.outputs import CHECK, DISCARD_EXPIRED, IMMUNE
-from transforms.merge import per_broker
 from transforms.messages import is_half, is_op, stored_before
+from transforms.queue_values import per_broker
 
 
 def newest_records(messages: DataFrame, as_of_ms: int) -> DataFrame:

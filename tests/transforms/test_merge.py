@@ -1,4 +1,4 @@
-"""Per-queue facts merged in one aggregate (transforms/per_queue.py), on inline frames."""
+"""Per-queue facts merged in one aggregate (transforms/merge.py), on inline frames."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from transforms.merge import Facts, carried, merged, per_broker
+from transforms.merge import Facts, carried, merged
 
 QUEUE = "broker STRING, queue_id INT"
 
@@ -53,17 +53,3 @@ def test_merged_without_a_carried_frame_is_the_parts_aggregates(spark: SparkSess
         [("a", 0, 11, 2), ("a", 2, 5, 1)], f"{QUEUE}, first LONG, n LONG"
     )
     assert_df_equality(merged(offsets), expected, ignore_row_order=True, ignore_nullable=True)
-
-
-def test_per_broker_looks_up_each_rows_broker(spark: SparkSession) -> None:
-    rows = spark.createDataFrame([("a",), ("b",), ("c",)], "broker STRING")
-    out = rows.select(
-        "broker",
-        per_broker({"a": 1, "b": 2}, "long").alias("value"),
-        per_broker({}, "long").alias("none"),
-    )
-    expected = spark.createDataFrame(
-        [("a", 1, None), ("b", 2, None), ("c", None, None)],
-        "broker STRING, value LONG, none LONG",
-    )
-    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)

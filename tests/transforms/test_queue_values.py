@@ -7,7 +7,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from transforms.queue_values import joined_values, literal_values
+from transforms.queue_values import joined_values, literal_values, per_broker
 
 QUEUE = "broker STRING, queue_id INT"
 
@@ -42,3 +42,17 @@ def test_literal_values_without_queues_keep_no_record(
     got = literal_values(records, queues, [], ["h0"])
     assert got.columns == ["broker", "queue_id", "queue_offset", "h0"]
     assert got.count() == 0
+
+
+def test_per_broker_looks_up_each_rows_broker(spark: SparkSession) -> None:
+    rows = spark.createDataFrame([("a",), ("b",), ("c",)], "broker STRING")
+    out = rows.select(
+        "broker",
+        per_broker({"a": 1, "b": 2}, "long").alias("value"),
+        per_broker({}, "long").alias("none"),
+    )
+    expected = spark.createDataFrame(
+        [("a", 1, None), ("b", 2, None), ("c", None, None)],
+        "broker STRING, value LONG, none LONG",
+    )
+    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)

@@ -5,18 +5,38 @@ from __future__ import annotations
 
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.messages import COMMITTED_OFFSET, HALF_TOPIC, OP_TOPIC
 from tests.transforms.builders import T, params
-from transforms.merge import Facts
-from transforms.offsets import op_offsets, round_starts, with_h1, with_h_safe
+from transforms.merge import Facts, carried, merged
+from transforms.messages import QUEUE_KEY
+from transforms.offsets import (
+    p1_and_p_safe,
+    round_starts,
+    window_facts,
+    window_rows,
+    with_h1,
+    with_h_safe,
+)
+from transforms.params import RoundParams
 
 QUEUE = "broker STRING, queue_id INT"
 OPS = f"{QUEUE}, queue_offset LONG, tags STRING"
 ITEMS = f"{QUEUE}, op_offset LONG, half_offset LONG"
 WINDOW = f"{QUEUE}, p0 LONG, op_end LONG, h1 LONG, h_safe LONG"
+
+
+def op_offsets(
+    ops: DataFrame, items: DataFrame, window: DataFrame, round_params: RoundParams
+) -> DataFrame:
+    """``broker, queue_id, p1, p_safe`` of every queue of ``window``, as the round finds
+    them: the op rows joined with the window, then merged per queue (no half records)."""
+    window = window.withColumn("h0", F.lit(None).cast("long"))
+    no_half = ops.select(*QUEUE_KEY, "queue_offset").limit(0)
+    rows = window_rows(no_half, ops, items, window, round_params)
+    return merged(carried(window), window_facts(rows)).select(*QUEUE_KEY, *p1_and_p_safe())
 
 
 def test_round_starts_correct_committed_offsets_to_what_the_queue_holds(

@@ -27,8 +27,8 @@ from transforms.round_stages import (
     records_from_h0_bound,
     round_bad_records,
     round_records,
-    status_counts,
-    stop_offsets,
+    status_facts,
+    stop_facts,
     unresolved_from_h0,
     with_statuses,
 )
@@ -163,7 +163,7 @@ def test_stop_offsets_are_the_smallest_too_young_offset(spark: SparkSession) -> 
     )
     expected = spark.createDataFrame([("b", 0, 3)], "broker STRING, queue_id INT, stop_offset LONG")
     assert_df_equality(
-        stop_offsets(candidates), expected, ignore_row_order=True, ignore_nullable=True
+        merged(stop_facts(candidates)), expected, ignore_row_order=True, ignore_nullable=True
     )
 
 
@@ -206,7 +206,7 @@ def test_status_counts_bound_h_safe_by_the_first_unresolved(spark: SparkSession)
         ],
         f"{HALF_KEYS}, status STRING, counter_after INT",
     )
-    out = status_counts(pending, params())
+    out = merged(status_facts(pending, params()))
     expected = spark.createDataFrame(
         [("b", 0, 1, 1, 0, 1, 1, 1, 2, 6)],
         "broker STRING, queue_id INT, check LONG, immune LONG, discard_check_max LONG,"
