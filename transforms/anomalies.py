@@ -1,8 +1,10 @@
 """The anomalies table (docs/spec/anomalies.md): what the broker gets wrong or will waste, one row
 per finding, with the number each rule measured and the threshold it was compared with.
 
-Each rule is one function over the round's own frames (``RoundEvidence`` beside the pending
-records and the per-queue rows): joins and aggregates only, and every rule ends in
+Each rule is one function over the round's own frames (``RoundEvidence``, each record with
+its queue's window attached by ``windowed``, beside the pending records): joins and
+aggregates only, facts of one key merged in one aggregate (``transforms.merge``), and every
+rule ends in
 ``_finding``, the ``ANOMALY`` schema contract. ``stalled_offset`` needs earlier runs of the
 output root, which ``jobs.anomalies`` reads; the rule itself is pure and lives here.
 """
@@ -31,17 +33,18 @@ from schemas.outputs import (
     WARNING,
 )
 from transforms.classify import with_round_class
+from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY
 from transforms.ops import (
     HALF_OFFSET,
-    OP_OFFSET,
     OP_STORE_MS,
-    explode_op_items,
     is_remove_op,
-    largest_named_offset,
+    largest_item,
+    named_offsets,
     named_with_times,
 )
 from transforms.params import RoundParams
+from transforms.queue_values import Attach, joined_values
 from transforms.resolve import TRANSACTION_KEY
 
 RECHECK_OF_RESOLVED = "recheck_of_resolved"
@@ -62,6 +65,8 @@ KINDS = (
     SYSTEM_TOPIC_OR_DELAY,
     OP_STALL_4_9,
 )
+
+TRANSACTION = [*QUEUE_KEY, TRANSACTION_KEY]  # a transaction of one queue
 
 OP_PULL_SIZE = 32  # op records per pull of the broker's check (OP_MSG_PULL_NUMS)
 BACKLOG_CRITICAL_FACTOR = 10
@@ -98,14 +103,33 @@ class RoundEvidence:
     op_items: DataFrame
 
 
-def narrowed(
-    evidence: RoundEvidence,
-    queues: DataFrame,
-    keep: Callable[[DataFrame], DataFrame] = lambda frame: frame,
+# The per-queue values each evidence part carries (``windowed``).
+HALF_WINDOW = ("h0", "h1")
+OP_WINDOW = ("p0", "p1", "h1", "p_safe")
+
+
+def windowed(
+    evidence: RoundEvidence, queues: DataFrame, attach: Attach = joined_values
 ) -> RoundEvidence:
-    """``evidence`` cut down to what the rules read, each part materialised by ``keep``
-    (the job caches them; they are small when h0 is near the queue's end). Every rule
-    gives the same findings over the result as over ``evidence``:
+    """``evidence`` of the queues with a window (``h0`` known), each record with its queue's
+    values: the half records with ``HALF_WINDOW``, the op records with ``OP_WINDOW``. Every
+    rule reads them, so they are attached once here by ``attach`` (the job's choice: a
+    literal map for a few queues, a broadcast join beyond); each rule joining the per-queue
+    rows again was a broadcast, so a Spark job, per rule and projection."""
+    window = queues.filter(F.col("h0").isNotNull())
+    return RoundEvidence(
+        attach(evidence.half, window, HALF_WINDOW),
+        attach(evidence.ops, window, OP_WINDOW),
+        evidence.op_items,
+    )
+
+
+def narrowed(
+    evidence: RoundEvidence, keep: Callable[[DataFrame], DataFrame] = lambda frame: frame
+) -> RoundEvidence:
+    """``windowed`` evidence cut down to what the rules read, each part materialised by
+    ``keep`` (the job caches them; they are small when h0 is near the queue's end). Every
+    rule gives the same findings over the result as over ``evidence``:
 
     - ``half``: every half record of a transaction with a record in [h0, h1) (the window
       the rules judge; its transactions' other records for ``slow_producer``);
@@ -115,15 +139,14 @@ def narrowed(
 
     Without it each rule filtered every record again: about twenty scans of the round's
     records per run (docs/benchmarks.md)."""
-    in_window = _in_window(evidence.half, queues)
     # The distincts are not for the semi-joins' sake: their exchange runs first and tells
     # adaptive execution how few keys there are, so that the semi-join can broadcast them
     # (a filter's size estimate is that of every half record).
-    transactions = in_window.select(*QUEUE_KEY, TRANSACTION_KEY).distinct()
-    half = keep(evidence.half.join(transactions, [*QUEUE_KEY, TRANSACTION_KEY], how="left_semi"))
-    ops = keep(_ops_from_p0(evidence, queues).select(*evidence.ops.columns))
-    offsets = half.select(*QUEUE_KEY, F.col("queue_offset").alias(HALF_OFFSET)).unionByName(
-        half.select(*QUEUE_KEY, F.col("prepared_queue_offset").alias(HALF_OFFSET))
+    transactions = evidence.half.filter(_in_window()).select(*TRANSACTION).distinct()
+    half = keep(evidence.half.join(transactions, TRANSACTION, how="left_semi"))
+    ops = keep(_from_p0(evidence.ops))
+    offsets = half.select(
+        *QUEUE_KEY, F.explode(F.array("queue_offset", "prepared_queue_offset")).alias(HALF_OFFSET)
     )
     op_items = keep(
         evidence.op_items.join(
@@ -161,46 +184,64 @@ def _finding(
     )
 
 
-def _window(queues: DataFrame, *names: str) -> DataFrame:
-    return F.broadcast(queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, *names))
+def _in_window() -> Column:
+    """A half record of ``windowed`` evidence in [h0, h1) of its queue."""
+    return (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
 
 
-def _in_window(half: DataFrame, queues: DataFrame) -> DataFrame:
-    """The half records in [h0, h1) of their queue, with ``h0`` and ``h1``."""
-    return half.join(_window(queues, "h0", "h1"), QUEUE_KEY, how="inner").filter(
-        (F.col("queue_offset") >= F.col("h0")) & (F.col("queue_offset") < F.col("h1"))
+def _from_p0(ops: DataFrame) -> DataFrame:
+    """The op records of ``windowed`` evidence at offsets >= p0 (stored before T)."""
+    return ops.filter(F.col("queue_offset") >= F.col("p0"))
+
+
+def _flag(frame: DataFrame, keys: list[str], name: str) -> Facts:
+    """``name``: true for the keys of ``frame`` (null for the others), for ``merged``."""
+    return Facts(frame.select(*keys, F.lit(True).alias(name)), (F.max(name).alias(name),))
+
+
+def _unresolved_by_offset(evidence: RoundEvidence, pending: DataFrame) -> DataFrame:
+    """The half records in [h0, h1) that no op record names by their own offset and that
+    are not pending: resolved through another record of their transaction (rules 2-3).
+    One aggregate per half offset, not two anti-joins (a Spark job per exchange)."""
+    keys = [*QUEUE_KEY, "queue_offset"]
+    named = named_offsets(evidence.op_items).withColumnRenamed(HALF_OFFSET, "queue_offset")
+    facts = merged(
+        carried(evidence.half.filter(_in_window()).drop("h1"), keys),  # one record per offset
+        _flag(named, keys, "_named"),
+        _flag(pending, keys, "_pending"),
+        keys=keys,
+    )
+    return facts.filter(F.col("_named").isNull() & F.col("_pending").isNull()).drop(
+        "_named", "_pending"
     )
 
 
 def recheck_of_resolved(
-    evidence: RoundEvidence, pending: DataFrame, queues: DataFrame, params: RoundParams
+    evidence: RoundEvidence, pending: DataFrame, params: RoundParams
 ) -> DataFrame:
     """Records in [h0, h1) resolved only through rules 2-3 (their own offset is named by no
     op record) that the broker, matching exact offsets, acts on: it checks, puts back or
     discards them, or stops at them. An immunity copy whose original (at or after h0) is
     named is skipped by the broker too (``checkPrepareQueueOffset``), so it is no finding."""
-    in_window = _in_window(evidence.half, queues).drop("h1")
-    named = evidence.op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
-        *QUEUE_KEY, F.col(HALF_OFFSET).alias("queue_offset")
+    broker_sees_unresolved = _unresolved_by_offset(evidence, pending).transform(
+        with_round_class, params
     )
-    named_prepared = named.withColumnRenamed("queue_offset", "prepared_queue_offset")
-    still_pending = pending.select(*QUEUE_KEY, "queue_offset")
-    broker_sees_unresolved = (
-        in_window.join(named, [*QUEUE_KEY, "queue_offset"], how="left_anti")
-        .join(still_pending, [*QUEUE_KEY, "queue_offset"], how="left_anti")
-        .transform(with_round_class, params)
+    skipped_by_broker = (F.col("round_class") == IMMUNE) & (
+        F.col("prepared_queue_offset") >= F.col("h0")
     )
-    skipped_by_broker = (
-        (F.col("round_class") == IMMUNE) & (F.col("prepared_queue_offset") >= F.col("h0"))
-    ).alias("skipped")
-    prepared_named = broker_sees_unresolved.select("*", skipped_by_broker).join(
-        named_prepared.distinct().withColumn("prepared_named", F.lit(True)),
-        [*QUEUE_KEY, "prepared_queue_offset"],
-        how="left",
+    # Repeated names are harmless to an anti-join: no distinct (a shuffle) first.
+    named_prepared = named_offsets(evidence.op_items).select(
+        F.col("broker").alias("_broker"),
+        F.col("queue_id").alias("_queue_id"),
+        F.col(HALF_OFFSET).alias("_prepared"),
     )
-    acted_on = prepared_named.filter(
-        ~(F.col("skipped") & F.coalesce(F.col("prepared_named"), F.lit(False)))
+    original_named = (
+        (F.col("broker") == F.col("_broker"))
+        & (F.col("queue_id") == F.col("_queue_id"))
+        & (F.col("prepared_queue_offset") == F.col("_prepared"))
+        & skipped_by_broker
     )
+    acted_on = broker_sees_unresolved.join(named_prepared, original_named, how="left_anti")
     action = F.element_at(
         F.create_map(*[F.lit(text) for pair in _BROKER_ACTIONS.items() for text in pair]),
         F.col("round_class"),
@@ -293,58 +334,55 @@ def discarded_without_check(unchecked: DataFrame) -> DataFrame:
     )
 
 
-def _window_transactions(
-    evidence: RoundEvidence, pending: DataFrame, queues: DataFrame
-) -> DataFrame:
-    """``broker, queue_id, transaction_key, producer_group`` of the transactions resolved in
-    this round's window: a record of theirs in [h0, h1) that is not pending."""
-    return (
-        _in_window(evidence.half, queues)
-        .join(pending.select(*QUEUE_KEY, "queue_offset"), [*QUEUE_KEY, "queue_offset"], "left_anti")
-        .groupBy(*QUEUE_KEY, TRANSACTION_KEY)
-        .agg(F.first("producer_group", ignorenulls=True).alias("producer_group"))
+def _naming_times(records: DataFrame, op_items: DataFrame) -> DataFrame:
+    """``broker, queue_id, transaction_key, op_at``: the store time of each op record naming
+    one of ``records`` by its offset or as the original of an immunity copy (its prepared
+    offset): both offsets of a record exploded, so that one join finds either."""
+    offsets = records.select(
+        *TRANSACTION,
+        F.explode(F.array("queue_offset", "prepared_queue_offset")).alias(HALF_OFFSET),
+    )
+    return offsets.join(named_with_times(op_items), [*QUEUE_KEY, HALF_OFFSET], "inner").select(
+        *TRANSACTION, F.col(OP_STORE_MS).alias("op_at")
     )
 
 
-def _transaction_timings(evidence: RoundEvidence, transactions: DataFrame) -> DataFrame:
-    """Per transaction of ``transactions``: ``born`` (its earliest born time), ``resolved_at``
-    (the store time of the first op record naming one of its records, by offset or as the
-    original of an immunity copy) and ``first_check_copy_at`` (the store time of its first
+def _transaction_timings(evidence: RoundEvidence, pending: DataFrame) -> DataFrame:
+    """Per transaction resolved in this round's window (a record of its in [h0, h1) is not
+    pending) and named by an op record: ``producer_group`` (of its records in the window),
+    ``born`` (its earliest born time), ``resolved_at`` (the store time of the first op record
+    naming one of its records) and ``first_check_copy_at`` (the store time of its first
     check copy: a put-back with a counter and without ``TRAN_PREPARED_QUEUE_OFFSET``, which
-    only immunity copies carry)."""
-    keys = [*QUEUE_KEY, TRANSACTION_KEY]
-    records = evidence.half.join(transactions.select(*keys), keys, how="left_semi")
-    naming = named_with_times(evidence.op_items).withColumnRenamed(OP_STORE_MS, "op_at")
-    by_offset = records.join(
-        naming.withColumnRenamed(HALF_OFFSET, "queue_offset"), [*QUEUE_KEY, "queue_offset"], "inner"
-    )
-    by_prepared = records.join(
-        naming.withColumnRenamed(HALF_OFFSET, "prepared_queue_offset"),
-        [*QUEUE_KEY, "prepared_queue_offset"],
-        "inner",
-    )
-    resolved_at = (
-        by_offset.select(*keys, "op_at")
-        .unionByName(by_prepared.select(*keys, "op_at"))
-        .groupBy(*keys)
-        .agg(F.min("op_at").alias("resolved_at"))
-    )
+    only immunity copies carry). One aggregate of the three parts (``transforms.merge``)."""
     check_copy = F.col("check_times").isNotNull() & F.col("prepared_queue_offset").isNull()
-    shape = records.groupBy(*keys).agg(
-        F.min("born_timestamp_ms").alias("born"),
-        F.min(F.when(check_copy, F.col("store_timestamp_ms"))).alias("first_check_copy_at"),
+    in_window = _in_window()
+    records = Facts(
+        evidence.half,
+        (
+            F.min(F.when(in_window, F.col("producer_group"))).alias("producer_group"),
+            F.min("born_timestamp_ms").alias("born"),
+            F.min(F.when(check_copy, F.col("store_timestamp_ms"))).alias("first_check_copy_at"),
+            F.collect_set(F.when(in_window, F.col("queue_offset"))).alias("window_offsets"),
+        ),
     )
-    return transactions.join(shape, keys, how="inner").join(resolved_at, keys, how="inner")
+    still_pending = Facts(
+        pending.select(*TRANSACTION, F.col("queue_offset").alias("_pending_offset")),
+        (F.collect_set("_pending_offset").alias("pending_offsets"),),
+    )
+    naming = Facts(
+        _naming_times(evidence.half, evidence.op_items), (F.min("op_at").alias("resolved_at"),)
+    )
+    facts = merged(records, still_pending, naming, keys=TRANSACTION)
+    resolved_here = F.size(F.array_except("window_offsets", "pending_offsets")) > 0
+    return facts.filter(resolved_here & F.col("resolved_at").isNotNull())
 
 
-def slow_producer(
-    evidence: RoundEvidence, pending: DataFrame, queues: DataFrame, params: RoundParams
-) -> DataFrame:
+def slow_producer(evidence: RoundEvidence, pending: DataFrame, params: RoundParams) -> DataFrame:
     """Per producer group, over the transactions resolved in this run's window: the share
     resolved only after a check copy existed (the producer did not answer by itself in
     time), with p50/p99 of op store time - born time. A group with fewer transactions than
     ``slow_producer_min_transactions`` is not judged."""
-    timings = _transaction_timings(evidence, _window_transactions(evidence, pending, queues))
+    timings = _transaction_timings(evidence, pending)
     after_check = F.col("first_check_copy_at") < F.col("resolved_at")
     latency = F.col("resolved_at") - F.col("born")
     groups = timings.groupBy(*QUEUE_KEY, "producer_group").agg(
@@ -379,27 +417,20 @@ def slow_producer(
     )
 
 
-def _ops_from_p0(evidence: RoundEvidence, queues: DataFrame) -> DataFrame:
-    """Op records at offsets >= p0 (stored before T), with the queue's ``p0``, ``p1``,
-    ``h1`` and ``p_safe``."""
-    return evidence.ops.join(
-        _window(queues, "p0", "p1", "h1", "p_safe"), QUEUE_KEY, "inner"
-    ).filter(F.col("queue_offset") >= F.col("p0"))
-
-
-def op_backlog(evidence: RoundEvidence, queues: DataFrame, params: RoundParams) -> DataFrame:
+def op_backlog(evidence: RoundEvidence, params: RoundParams) -> DataFrame:
     """Op records from p0 to the op queue's end that name only half offsets below h1: the
     broker reads them again every round (ops naming offsets at or beyond h1 hold p0 back
     legitimately). Over ``op_backlog_records``: warning; over ten times that: critical."""
-    from_p0 = _ops_from_p0(evidence, queues)
-    # The items of the op records from p0 only: split again from their bodies (a few op
-    # records), not filtered out of every op item of the queue.
-    items = explode_op_items(from_p0.select(*evidence.ops.columns))
-    largest = largest_named_offset(items).withColumnRenamed(OP_OFFSET, "queue_offset")
-    ahead = from_p0.join(largest, [*QUEUE_KEY, "queue_offset"], "inner")
-    per_queue = ahead.groupBy(*QUEUE_KEY, "p0", "h1").agg(
-        F.count(F.when(F.col("max_named") < F.col("h1"), 1)).alias("backlog"),
-        (F.max("queue_offset") + 1).alias("op_end"),
+    # The largest item read from each body (a few op records from p0), not the op items
+    # aggregated per op record and joined back: one aggregate per queue.
+    naming = _from_p0(evidence.ops).withColumn("max_named", largest_item())
+    per_queue = (
+        naming.filter(F.col("max_named").isNotNull())
+        .groupBy(*QUEUE_KEY, "p0", "h1")
+        .agg(
+            F.count(F.when(F.col("max_named") < F.col("h1"), 1)).alias("backlog"),
+            (F.max("queue_offset") + 1).alias("op_end"),
+        )
     )
     limit = params.op_backlog_records
     severity = F.when(F.col("backlog") > limit * BACKLOG_CRITICAL_FACTOR, F.lit(CRITICAL))
@@ -425,31 +456,39 @@ def op_backlog(evidence: RoundEvidence, queues: DataFrame, params: RoundParams) 
     )
 
 
-def op_queue_gap(evidence: RoundEvidence, queues: DataFrame) -> DataFrame:
+def _op_offsets(ops: DataFrame) -> DataFrame:
+    """Per op offset from p0 that is present or follows a present one (and p0 itself):
+    ``present``, ``follows`` (its predecessor is present) and the queue's ``p0``. One
+    aggregate of three projections of the op records from p0."""
+    ahead = _from_p0(ops).select(*QUEUE_KEY, "queue_offset", "p0")
+    rows = (
+        ahead.withColumn("_present", F.lit(True))
+        .unionByName(
+            ahead.withColumn("queue_offset", F.col("queue_offset") + 1).withColumn(
+                "_follows", F.lit(True)
+            ),
+            allowMissingColumns=True,
+        )
+        .unionByName(ahead.withColumn("queue_offset", F.col("p0")), allowMissingColumns=True)
+    )
+    return rows.groupBy(*QUEUE_KEY, "queue_offset").agg(
+        F.coalesce(F.max("_present"), F.lit(False)).alias("present"),
+        F.coalesce(F.max("_follows"), F.lit(False)).alias("follows"),
+        F.max("p0").alias("p0"),
+    )
+
+
+def op_queue_gap(evidence: RoundEvidence) -> DataFrame:
     """One row per range of op offsets missing inside [p0, end) (deleted consume-queue
     files, RocketMQ #2133, or unreadable records). A gap starts at an absent offset whose
     predecessor is present (or at an absent p0) and ends at the next present offset, one
-    whose predecessor is absent: anti-joins with ``offset + 1``, then the few starts paired
-    with the few ends."""
-    ahead = _ops_from_p0(evidence, queues).select(*QUEUE_KEY, "queue_offset", "p0")
-    present = ahead.select(*QUEUE_KEY, "queue_offset")
-    after_present = ahead.select(*QUEUE_KEY, (F.col("queue_offset") + 1).alias("queue_offset"))
-    p0_starts = (
-        _window(queues, "p0")
-        .select(*QUEUE_KEY, F.col("p0").alias("queue_offset"))
-        .join(present.select(*QUEUE_KEY).distinct(), QUEUE_KEY, "left_semi")
-    )
-    starts = (
-        after_present.unionByName(p0_starts)
-        .distinct()
-        .join(present, [*QUEUE_KEY, "queue_offset"], "left_anti")
-        .withColumnRenamed("queue_offset", "gap_start")
-    )
-    ends = (
-        ahead.join(after_present, [*QUEUE_KEY, "queue_offset"], "left_anti")
-        .filter(F.col("queue_offset") > F.col("p0"))
-        .select(*QUEUE_KEY, F.col("queue_offset").alias("gap_end"))
-    )
+    whose predecessor is absent: both read from one aggregate per op offset, then the few
+    starts paired with the few ends."""
+    offsets = _op_offsets(evidence.ops)
+    is_start = ~F.col("present") & (F.col("follows") | (F.col("queue_offset") == F.col("p0")))
+    is_end = F.col("present") & ~F.col("follows") & (F.col("queue_offset") > F.col("p0"))
+    starts = offsets.filter(is_start).select(*QUEUE_KEY, F.col("queue_offset").alias("gap_start"))
+    ends = offsets.filter(is_end).select(*QUEUE_KEY, F.col("queue_offset").alias("gap_end"))
     gaps = (
         starts.join(ends, QUEUE_KEY, "inner")
         .filter(F.col("gap_end") > F.col("gap_start"))
@@ -529,13 +568,13 @@ def system_topic_or_delay(pending: DataFrame) -> DataFrame:
     )
 
 
-def op_stall_4_9(evidence: RoundEvidence, queues: DataFrame, params: RoundParams) -> DataFrame:
+def op_stall_4_9(evidence: RoundEvidence, params: RoundParams) -> DataFrame:
     """On a 4.9 broker, an op record with another tag than ``d`` at the new op offset p1: such
     a broker never marks it done, so its op offset stays there for good. p_safe does not
     stop at it, but stops before it when an op record before it names a half offset from
     h_safe on (done for h1, not for h_safe): ``detail`` says whether installing p_safe
     passes it."""
-    ahead = _ops_from_p0(evidence, queues)
+    ahead = _from_p0(evidence.ops)
     other_tag = ~F.coalesce(is_remove_op(), F.lit(False))
     stalled = ahead.filter(
         F.lit(params.broker_version == "4.9") & (F.col("queue_offset") == F.col("p1")) & other_tag
@@ -639,19 +678,17 @@ def stalled_offset(summary: DataFrame, earlier: DataFrame, params: RoundParams) 
     )
 
 
-def round_anomalies(
-    evidence: RoundEvidence, pending: DataFrame, queues: DataFrame, params: RoundParams
-) -> DataFrame:
+def round_anomalies(evidence: RoundEvidence, pending: DataFrame, params: RoundParams) -> DataFrame:
     """Every rule that the round's own frames decide (all but ``stalled_offset``), as
-    ``ANOMALY`` rows."""
+    ``ANOMALY`` rows, over ``windowed`` evidence (``narrowed`` or not)."""
     parts = [
-        recheck_of_resolved(evidence, pending, queues, params),
+        recheck_of_resolved(evidence, pending, params),
         immunity_exhausts_checks(pending, params),
-        slow_producer(evidence, pending, queues, params),
-        op_backlog(evidence, queues, params),
-        op_queue_gap(evidence, queues),
+        slow_producer(evidence, pending, params),
+        op_backlog(evidence, params),
+        op_queue_gap(evidence),
         system_topic_or_delay(pending),
-        op_stall_4_9(evidence, queues, params),
+        op_stall_4_9(evidence, params),
     ]
     found = parts[0]
     for part in parts[1:]:

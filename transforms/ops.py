@@ -25,6 +25,29 @@ def is_remove_op() -> Column:
     return F.col("tags") == REMOVE_TAG
 
 
+def names_items() -> Column:
+    """An op record whose body is read for items: a ``d`` record with a body."""
+    return is_remove_op() & F.col("body").isNotNull()
+
+
+def _items() -> Column:
+    """The body's items, empty ones included, as strings."""
+    # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
+    return F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
+
+
+def largest_item() -> Column:
+    """The largest half offset an op record's items name (null when it names none: another
+    tag, no body, no item that parses), read from its body: a reader of op records needs
+    no aggregate of their exploded items joined back.
+
+    An op record is *done* for a round when every item >= h0 is < h1; since h1 >= h0 that
+    is exactly ``largest < h1``, so the largest item is all such a reader needs to know.
+    """
+    parsed = F.transform(_items(), parse_java_long)
+    return F.when(names_items(), F.array_max(parsed))
+
+
 def explode_op_items(ops: DataFrame) -> DataFrame:
     """One row per non-empty item of each ``d`` op body: the one place op bodies are split
     (the round does it once; the anomaly rules and the discard history read its items).
@@ -36,8 +59,6 @@ def explode_op_items(ops: DataFrame) -> DataFrame:
     that names nothing). ``op_store_ms`` is the op record's store time: when the half
     record it names was resolved (its readers need no second join with the op records).
     """
-    # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
-    items = F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
     carried = (
         "broker",
         "queue_id",
@@ -47,8 +68,8 @@ def explode_op_items(ops: DataFrame) -> DataFrame:
         "position",
     )
     return (
-        ops.filter(is_remove_op() & F.col("body").isNotNull())
-        .select(*carried, F.explode(items).alias(ITEM_TEXT))
+        ops.filter(names_items())
+        .select(*carried, F.explode(_items()).alias(ITEM_TEXT))
         .filter(F.col(ITEM_TEXT) != "")
         .withColumn(HALF_OFFSET, parse_java_long(F.col(ITEM_TEXT)))
     )
@@ -65,19 +86,6 @@ def named_with_times(op_items: DataFrame) -> DataFrame:
     op record naming each offset (when that half record was resolved)."""
     return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
         "broker", "queue_id", HALF_OFFSET, OP_STORE_MS
-    )
-
-
-def largest_named_offset(op_items: DataFrame) -> DataFrame:
-    """``broker, queue_id, op_offset, max_named`` per op record that names something.
-
-    An op record is *done* for a round when every item >= h0 is < h1; since h1 >= h0 that
-    is exactly ``max_named < h1``, so the largest item is all the round needs to know.
-    """
-    return (
-        op_items.filter(F.col(HALF_OFFSET).isNotNull())
-        .groupBy("broker", "queue_id", OP_OFFSET)
-        .agg(F.max(HALF_OFFSET).alias("max_named"))
     )
 
 

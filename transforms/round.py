@@ -39,6 +39,7 @@ from transforms.anomalies import (
     RoundEvidence,
     narrowed,
     round_anomalies,
+    windowed,
     with_anomaly_counts,
     with_run_columns,
 )
@@ -424,12 +425,13 @@ def _anomalies(state: RoundState) -> DataFrame:
     if state.evidence is None:
         empty = state.pending.sparkSession.createDataFrame([], ANOMALY)
         return with_run_columns(empty, params)
-    # The per-queue rows once more through the driver: each rule joins them, and their
-    # plan inlined in every rule would grow past what the driver can optimise.
-    queues = state.materialize.per_queue(state.queues)
-    evidence = narrowed(state.evidence, queues, state.materialize.kept)
-    found = round_anomalies(evidence, state.pending, queues, params)
-    return state.materialize.records(with_run_columns(found, params))
+    m = state.materialize
+    # The per-queue rows once more through the driver: their window is attached to the
+    # evidence, and their plan inlined there would grow past what the driver can optimise.
+    queues = m.per_queue(state.queues)
+    evidence = narrowed(windowed(state.evidence, queues, m.attach), m.kept)
+    found = round_anomalies(evidence, state.pending, params)
+    return m.records(with_run_columns(found, params))
 
 
 def reconcile(

@@ -31,6 +31,7 @@ from transforms.anomalies import (
     op_stall_4_9,
     round_anomalies,
     stalled_offset,
+    windowed,
 )
 from transforms.ops import HALF_OFFSET, explode_op_items
 from transforms.round import classify_round, reconcile
@@ -440,11 +441,12 @@ def test_narrowed_evidence_keeps_the_window_and_finds_the_same(spark: SparkSessi
         kept.append(part)
         return part
 
-    narrow = narrowed(state.evidence, queues, keep)
+    evidence = windowed(state.evidence, queues)
+    narrow = narrowed(evidence, keep)
 
     assert len(kept) == 3  # half, ops, op_items: each handed to ``keep`` once
-    whole = round_anomalies(state.evidence, state.pending, queues, round_params)
-    found = round_anomalies(narrow, state.pending, queues, round_params)
+    whole = round_anomalies(evidence, state.pending, round_params)
+    found = round_anomalies(narrow, state.pending, round_params)
     assert whole.count() > 10
     assert_df_equality(found, whole, ignore_row_order=True)
 
@@ -464,17 +466,18 @@ QUEUES_DDL = (
 )
 
 
-def _evidence(spark: SparkSession, ops: list[dict]) -> RoundEvidence:
+def _evidence(spark: SparkSession, ops: list[dict], queues: DataFrame) -> RoundEvidence:
     op_frame = frame(spark, ops)
-    return RoundEvidence(frame(spark, []), op_frame, explode_op_items(op_frame))
+    return windowed(RoundEvidence(frame(spark, []), op_frame, explode_op_items(op_frame)), queues)
 
 
 def test_op_stall_4_9_at_the_op_offset(spark: SparkSession) -> None:
     """Op 1 has tag x: the round's p1 is 1 on a 4.9 broker (p_safe passes it, 3)."""
-    evidence = _evidence(spark, [op(0, "0"), op(1, "1", tag="x"), op(2, "1")])
+    ops = [op(0, "0"), op(1, "1", tag="x"), op(2, "1")]
     queues = spark.createDataFrame([("b", 0, 0, 2, 0, 1, 3)], QUEUES_DDL)
+    evidence = _evidence(spark, ops, queues)
 
-    found = op_stall_4_9(evidence, queues, params(broker_version="4.9"))
+    found = op_stall_4_9(evidence, params(broker_version="4.9"))
 
     detail = (
         "op record at op offset 1 has tag x, not d: a 4.9 broker never marks it done, so its op"
@@ -485,19 +488,19 @@ def test_op_stall_4_9_at_the_op_offset(spark: SparkSession) -> None:
     )
     assert_df_equality(found, expected, ignore_nullable=True)
     # Non-cases: a 5.x broker marks it done; on 4.9 a d record at p1 (p1 = 2) is no stall.
-    assert op_stall_4_9(evidence, queues, params(broker_version="5")).count() == 0
+    assert op_stall_4_9(evidence, params(broker_version="5")).count() == 0
     at_d = spark.createDataFrame([("b", 0, 0, 2, 0, 2, 3)], QUEUES_DDL)
-    assert op_stall_4_9(evidence, at_d, params(broker_version="4.9")).count() == 0
+    assert op_stall_4_9(_evidence(spark, ops, at_d), params(broker_version="4.9")).count() == 0
 
 
 def test_op_stall_4_9_says_when_p_safe_stops_before_it(spark: SparkSession) -> None:
     """Op 0 names half 1, below h1 = 2 (done for p1) but not below h_safe = 0 (half 0 is
     pending): p_safe stops at op 0, before the x record at p1 = 1, and installing it does
     not pass the stall yet."""
-    evidence = _evidence(spark, [op(0, "1"), op(1, "", tag="x")])
     queues = spark.createDataFrame([("b", 0, 0, 2, 0, 1, 0)], QUEUES_DDL)
+    evidence = _evidence(spark, [op(0, "1"), op(1, "", tag="x")], queues)
 
-    (found,) = op_stall_4_9(evidence, queues, params(broker_version="4.9")).collect()
+    (found,) = op_stall_4_9(evidence, params(broker_version="4.9")).collect()
 
     assert (found["op_offset"], found["value"]) == (1, 1.0)
     assert found["detail"] == (
