@@ -26,8 +26,8 @@ from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
 from jobs.config import JobConfig
 from jobs.materialize import SparkMaterializer
-from schemas.messages import DISCARD_TOPIC, SOURCED_MESSAGE
-from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY, RUN_SUMMARY
+from schemas.messages import COMMIT_MESSAGE, DISCARD_TOPIC, SOURCED_MESSAGE
+from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY
 from transforms.anomalies import discarded_without_check, with_anomaly_counts, with_run_columns
 from transforms.bad_records import duplicate_records, unparsable_properties
 from transforms.discard_history import (
@@ -40,6 +40,7 @@ from transforms.discard_history import (
 )
 from transforms.messages import mark_duplicates, stored_before, with_half_fields
 from transforms.params import RoundParams
+from transforms.queue_values import per_broker
 from transforms.round import RoundOutputs, RoundState
 
 if TYPE_CHECKING:
@@ -86,21 +87,10 @@ class DiscardHistory:
         (per broker, on each of its queue rows) and anomaly counts."""
         run = [F.lit(params.run_id).alias("run_id"), F.lit(params.as_of_ms).alias("as_of_ms")]
         bad = self.bad_records.select(*BAD_RECORD.fieldNames(), *run)
-        counts = outputs.run_summary.sparkSession.createDataFrame(
-            sorted(self.counts.items()), "broker string, rows long"
-        )
-        summary = outputs.run_summary.join(counts, on="broker", how="left").select(
-            *[
-                (
-                    F.coalesce(F.col("rows"), F.lit(0))
-                    if f.name == "discard_history_rows"
-                    else F.col(f.name)
-                )
-                .cast(f.dataType)
-                .alias(f.name)
-                for f in RUN_SUMMARY.fields
-            ]
-        )
+        # A handful of counts known on the driver: a literal map, not a join (a frame made
+        # from Python rows has no size estimate, so the join shuffled both sides).
+        rows = F.coalesce(per_broker(self.counts, "long"), F.lit(0))
+        summary = outputs.run_summary.withColumn("discard_history_rows", rows)
         anomalies = outputs.anomalies.unionByName(with_run_columns(self.unchecked, params))
         return replace(
             outputs,
@@ -209,10 +199,12 @@ def read_real_queues(
     config: JobConfig,
 ) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
     """(records, bad records, release) of exactly ``queues``, through their consume queues:
-    their committed transactional messages only (``commit_times`` reads nothing else, and
-    a business queue holds far more other messages than commits of discarded ones)."""
+    their committed transactional messages only, as ``COMMIT_MESSAGE`` (``commit_times``
+    reads nothing else, and a business queue holds far more other messages than commits
+    of discarded ones)."""
     if not queues:
-        return _empty_records(spark), spark.createDataFrame([], BAD_RECORD), lambda: None
+        commits = spark.createDataFrame([], COMMIT_MESSAGE)
+        return commits, spark.createDataFrame([], BAD_RECORD), lambda: None
     brokers = {broker for broker, _, _ in queues}
     specs = [spec for spec in map(parse_store_arg, stores) if spec.broker in brokers]
     topics = sorted({topic for _, topic, _ in queues})

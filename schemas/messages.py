@@ -119,6 +119,25 @@ LEAN_MESSAGE = T.StructType(
     + [T.StructField(name, T.StringType()) for name in PROPERTY_COLUMNS.values()]
 )
 
+# What the discard history reads of a business queue (``jobs.discards``): each committed
+# message's place, transaction bits, store time and the commit-log offset of the half
+# record it commits (``transforms.discard_history.commit_times``). A business queue holds
+# far more messages than the transactions discarded: its properties, body and hosts are
+# not decoded at all.
+COMMIT_COLUMNS = (
+    "broker",
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "sys_flag",
+    "store_timestamp_ms",
+    "prepared_transaction_offset",
+    "source",
+    "position",
+)
+COMMIT_MESSAGE = T.StructType([f for f in SOURCED_MESSAGE.fields if f.name in COMMIT_COLUMNS])
+UNUSED_BY_COMMITS = tuple(name for name in MESSAGE_COLUMNS if name not in COMMIT_MESSAGE.names)
+
 # Committed consume offsets of group CID_RMQ_SYS_TRANS, one row per (broker, topic, queue),
 # as read from config/consumerOffset.json (the value is the next offset to process).
 COMMITTED_OFFSET = T.StructType(

@@ -707,19 +707,19 @@ def with_run_columns(anomalies: DataFrame, params: RoundParams) -> DataFrame:
 
 def with_anomaly_counts(summary: DataFrame, anomalies: DataFrame) -> DataFrame:
     """``run_summary`` rows with ``anomalies_<severity>``: this run's anomalies of that
-    severity on the queue (0 when none). Columns in ``RUN_SUMMARY`` order."""
-    counts = anomalies.groupBy(*QUEUE_KEY).agg(
-        *[
+    severity on the queue (0 when none). Columns in ``RUN_SUMMARY`` order. The counts are
+    merged with the summary rows carried along (one aggregate: a join of the few summary
+    rows with an aggregate of the anomalies shuffled both)."""
+    counts = Facts(
+        # A finding of no queue (null queue_id) counts on no row: the summary row of an
+        # unknown queue (null queue_id) shows 0.
+        anomalies.filter(F.col("queue_id").isNotNull()).select(*QUEUE_KEY, "severity"),
+        tuple(
             F.count(F.when(F.col("severity") == severity, 1)).alias(column)
             for severity, column in zip(SEVERITIES, ANOMALY_COUNT_COLUMNS, strict=True)
-        ]
+        ),
     )
-    # A summary row of an unknown queue (null queue_id) matches nothing: 0.
-    joined = summary.drop(*ANOMALY_COUNT_COLUMNS).join(counts, QUEUE_KEY, how="left")
-    filled = {column: F.coalesce(F.col(column), F.lit(0)) for column in ANOMALY_COUNT_COLUMNS}
+    joined = merged(carried(summary.drop(*ANOMALY_COUNT_COLUMNS)), counts)
     return joined.select(
-        *[
-            filled.get(f.name, F.col(f.name)).cast(f.dataType).alias(f.name)
-            for f in RUN_SUMMARY.fields
-        ]
+        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in RUN_SUMMARY.fields]
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -217,40 +217,34 @@ def _hosts(address: np.ndarray, is_v6: np.ndarray) -> pa.Array:
 
 
 def _record_table(
-    lo: Layout,
-    file_offset: int,
-    columns: dict[str, pa.Array],
-    property_columns: Mapping[str, str] | None,
-    drop_columns: Iterable[str],
+    lo: Layout, file_offset: int, columns: Mapping[str, pa.Array], schema: pa.Schema
 ) -> pa.Table:
-    """The decoded records as a table of ``RECORD_SCHEMA`` (or its lean variant with one
-    string column per wanted property); ``columns`` holds topic, tags, properties, body."""
-    props = columns["properties"]
-    lean = property_columns is not None
+    """The decoded records as a table of ``schema`` (``RECORD_SCHEMA`` or a lean variant);
+    ``columns`` holds the variable-length columns decoded already (topic, tags, properties,
+    body, property columns). A fixed field is built only when ``schema`` has it: the hosts'
+    text alone is a good part of a narrow read's cost."""
+    fixed: dict[str, Callable[[], pa.Array]] = {
+        "queue_id": lambda: pa.array(lo.queue_id.astype(np.int32)),
+        "queue_offset": lambda: pa.array(lo.queue_offset),
+        "commitlog_offset": lambda: pa.array(lo.pos + file_offset),
+        "stored_size": lambda: pa.array(lo.total.astype(np.int32)),
+        "sys_flag": lambda: pa.array(lo.sys_flag.astype(np.int32)),
+        "body_crc": lambda: pa.array(lo.body_crc.astype(np.int32)),
+        "flag": lambda: pa.array(lo.flag.astype(np.int32)),
+        "born_timestamp_ms": lambda: pa.array(lo.born_ts),
+        "born_host": lambda: _hosts(lo.born, (lo.sys_flag & BORNHOST_V6_FLAG) != 0),
+        "store_timestamp_ms": lambda: pa.array(lo.store_ts),
+        "store_host": lambda: _hosts(lo.store, (lo.sys_flag & STOREHOST_V6_FLAG) != 0),
+        "reconsume_times": lambda: pa.array(lo.reconsume.astype(np.int32)),
+        "prepared_transaction_offset": lambda: pa.array(lo.prepared),
+        "magic_version": lambda: pa.array(
+            np.where(lo.magic == MAGIC_CODE_V2, 2, 1).astype(np.int32)
+        ),
+        "position": lambda: pa.array(lo.pos),
+    }
     return pa.table(
-        {
-            "topic": columns["topic"],
-            "queue_id": pa.array(lo.queue_id.astype(np.int32)),
-            "queue_offset": pa.array(lo.queue_offset),
-            "commitlog_offset": pa.array(lo.pos + file_offset),
-            "stored_size": pa.array(lo.total.astype(np.int32)),
-            "sys_flag": pa.array(lo.sys_flag.astype(np.int32)),
-            "body_crc": pa.array(lo.body_crc.astype(np.int32)),
-            "flag": pa.array(lo.flag.astype(np.int32)),
-            "born_timestamp_ms": pa.array(lo.born_ts),
-            "born_host": _hosts(lo.born, (lo.sys_flag & BORNHOST_V6_FLAG) != 0),
-            "store_timestamp_ms": pa.array(lo.store_ts),
-            "store_host": _hosts(lo.store, (lo.sys_flag & STOREHOST_V6_FLAG) != 0),
-            "reconsume_times": pa.array(lo.reconsume.astype(np.int32)),
-            "prepared_transaction_offset": pa.array(lo.prepared),
-            "tags": columns["tags"],
-            **({} if lean else {"properties": props}),
-            "body": columns["body"],
-            "magic_version": pa.array(np.where(lo.magic == MAGIC_CODE_V2, 2, 1).astype(np.int32)),
-            "position": pa.array(lo.pos),
-            **({column: props[name] for name, column in property_columns.items()} if lean else {}),
-        },
-        schema=lean_record_schema(property_columns, drop_columns) if lean else RECORD_SCHEMA,
+        {name: columns[name] if name in columns else fixed[name]() for name in schema.names},
+        schema=schema,
     )
 
 
@@ -319,11 +313,23 @@ def decode_records(
     if verify_crc and len(ok):
         _mark_crc_mismatches(buf, lo, ok, status, extra)
     replacement = _decompress_bodies(buf, lo, ok, status, extra)
-    bodies = _bodies(buf, lo, _wanted_bodies(topics, body_topics), replacement)
-    names = list(property_columns) if property_columns is not None else None
-    props, tags = decode_properties(slices(buf, lo.props_start, lo.props_len), names)
-    columns = {"topic": topics, "tags": tags, "properties": props, "body": bodies}
-    table = _record_table(lo, file_offset, columns, property_columns, drop_columns)
+    schema = (
+        RECORD_SCHEMA
+        if property_columns is None
+        else lean_record_schema(property_columns, drop_columns)
+    )
+    columns: dict[str, pa.Array] = {"topic": topics}
+    if "body" in schema.names:
+        columns["body"] = _bodies(buf, lo, _wanted_bodies(topics, body_topics), replacement)
+    if property_columns is None or property_columns or "tags" in schema.names:
+        # The properties are split only for a read that returns some of them.
+        names = None if property_columns is None else list(property_columns)
+        props, columns["tags"] = decode_properties(slices(buf, lo.props_start, lo.props_len), names)
+        if property_columns is None:
+            columns["properties"] = props
+        else:
+            columns.update({column: props[name] for name, column in property_columns.items()})
+    table = _record_table(lo, file_offset, columns, schema)
     final_ok = status[ok] == OK
     if not final_ok.all():
         table = table.filter(pa.array(final_ok))

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.rocketmq import codec
-from schemas.messages import OP_TOPIC, PROPERTY_COLUMNS, UNUSED_BY_ROUND
+from schemas.messages import OP_TOPIC, PROPERTY_COLUMNS, UNUSED_BY_COMMITS, UNUSED_BY_ROUND
 
 
 def _combined_arrow(record_schema: pa.Schema, property_columns: Sequence[str] = ()) -> pa.Schema:
@@ -36,6 +36,8 @@ LEAN_COMBINED_ARROW = _combined_arrow(
     codec.lean_record_schema(PROPERTY_COLUMNS, UNUSED_BY_ROUND), tuple(PROPERTY_COLUMNS.values())
 )
 
+COMMITS_COMBINED_ARROW = _combined_arrow(codec.lean_record_schema({}, UNUSED_BY_COMMITS))
+
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -43,20 +45,26 @@ class ReadOptions:
     body_topics: tuple[str, ...] | None = (OP_TOPIC,)  # None: every body
     lean: bool = False  # PROPERTY_COLUMNS instead of the properties map
     # Through consume queues, decode only committed transactional messages (and report
-    # broken records); the discard history reads real queues for their commits alone.
+    # broken records), into COMMIT_MESSAGE's columns (no property, body or host: ``lean``
+    # does not apply); the discard history reads real queues for their commits alone.
     commits_only: bool = False
 
     @property
     def property_columns(self) -> dict[str, str] | None:
+        if self.commits_only:
+            return {}
         return PROPERTY_COLUMNS if self.lean else None
 
     @property
     def drop_columns(self) -> tuple[str, ...]:
         # stored_size is decoded even so: the consume-queue entry check compares it.
-        return tuple(c for c in UNUSED_BY_ROUND if c != "stored_size") if self.lean else ()
+        unused = UNUSED_BY_COMMITS if self.commits_only else UNUSED_BY_ROUND if self.lean else ()
+        return tuple(c for c in unused if c != "stored_size")
 
     @property
     def arrow_schema(self) -> pa.Schema:
+        if self.commits_only:
+            return COMMITS_COMBINED_ARROW
         return LEAN_COMBINED_ARROW if self.lean else COMBINED_ARROW
 
 

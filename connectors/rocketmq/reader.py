@@ -28,7 +28,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.errors import InputError
-from connectors.rocketmq.combined import COMBINED_ARROW, LEAN_COMBINED_ARROW, ReadOptions
+from connectors.rocketmq.combined import (
+    COMBINED_ARROW,
+    COMMITS_COMBINED_ARROW,
+    LEAN_COMBINED_ARROW,
+    ReadOptions,
+)
 from connectors.rocketmq.offsets_file import committed_rows, load_store_offsets
 from connectors.rocketmq.read_plan import (
     MIN_TASK_ENTRIES,
@@ -59,6 +64,7 @@ from connectors.rocketmq.read_tasks import (
     run_unit,
 )
 from schemas.messages import (
+    COMMIT_MESSAGE,
     COMMITTED_OFFSET,
     LEAN_MESSAGE,
     OFFSET_UNIQUE,
@@ -72,6 +78,8 @@ __all__ = [
     "CHUNK_RECORDS",
     "COMBINED",
     "COMBINED_ARROW",
+    "COMMITS_COMBINED",
+    "COMMITS_COMBINED_ARROW",
     "LEAN_COMBINED",
     "LEAN_COMBINED_ARROW",
     "MIN_TASK_ENTRIES",
@@ -109,8 +117,11 @@ _PROBLEM_FIELDS = [
 COMBINED = T.StructType([*SOURCED_MESSAGE.fields, *_PROBLEM_FIELDS])
 # The job's lean path: the properties the round reads as columns, no map (LEAN_MESSAGE).
 LEAN_COMBINED = T.StructType([*LEAN_MESSAGE.fields, *_PROBLEM_FIELDS])
+# A business queue's committed messages (``commits_only``): COMMIT_MESSAGE.
+COMMITS_COMBINED = T.StructType([*COMMIT_MESSAGE.fields, *_PROBLEM_FIELDS])
 assert LEAN_COMBINED_ARROW.names == LEAN_COMBINED.fieldNames()
 assert COMBINED_ARROW.names == COMBINED.fieldNames()
+assert COMMITS_COMBINED_ARROW.names == COMMITS_COMBINED.fieldNames()
 
 
 @dataclass(frozen=True)
@@ -213,6 +224,15 @@ def _plan_stores(
     return plan
 
 
+def _schemas(options: ReadOptions) -> tuple[T.StructType, T.StructType]:
+    """(the tasks' combined schema, the readable records' schema) of a read."""
+    if options.commits_only:
+        return COMMITS_COMBINED, COMMIT_MESSAGE
+    if options.lean:
+        return LEAN_COMBINED, LEAN_MESSAGE
+    return COMBINED, SOURCED_MESSAGE
+
+
 def read_stores(
     spark: SparkSession,
     stores: Sequence[StoreSpec],
@@ -231,7 +251,8 @@ def read_stores(
     ``only_queues``: read only these (broker, topic, queue id) of ``topics``, through their
     consume queues (``only_these_queues``). ``commits_only``: of the records the consume
     queues point at, only committed transactional messages (and broken records, reported)
-    are decoded; the others are read no further than their fixed fields.
+    are decoded, into ``COMMIT_MESSAGE`` (``lean`` does not apply); the others are read no
+    further than their fixed fields.
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
@@ -245,11 +266,9 @@ def read_stores(
         commits_only=commits_only,
     )
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    combined = ranges.mapInArrow(
-        functools.partial(read_tasks, tasks, options), LEAN_COMBINED if lean else COMBINED
-    )
+    combined_schema, message_schema = _schemas(options)
+    combined = ranges.mapInArrow(functools.partial(read_tasks, tasks, options), combined_schema)
     combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
-    message_schema = LEAN_MESSAGE if lean else SOURCED_MESSAGE
     # The lean records are the round's input contract: what it reads, and whether each
     # record's queue offset can repeat (``transforms.round_stages.OFFSET_UNIQUE``).
     flag = [offset_unique_flag(plan.units).alias(OFFSET_UNIQUE)] if lean else []
