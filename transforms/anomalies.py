@@ -96,11 +96,14 @@ _BROKER_ACTIONS = {
 @dataclass(frozen=True)
 class RoundEvidence:
     """The round's frames the rules read beyond ``pending`` and the per-queue rows: readable
-    half records and op records stored before T, and the op items (``transforms.ops``)."""
+    half records and op records stored before T, the op items (``transforms.ops``), and
+    ``linked``: the half records of the transactions with a record from h0 (what resolution
+    read), among which are the records of every transaction the anomaly rules judge."""
 
     half: DataFrame
     ops: DataFrame
     op_items: DataFrame
+    linked: DataFrame
 
 
 # The per-queue values each evidence part carries (``windowed``).
@@ -112,16 +115,14 @@ def windowed(
     evidence: RoundEvidence, queues: DataFrame, attach: Attach = joined_values
 ) -> RoundEvidence:
     """``evidence`` of the queues with a window (``h0`` known), each record with its queue's
-    values: the half records with ``HALF_WINDOW``, the op records with ``OP_WINDOW``. Every
+    values: the half records of the transactions from h0 (``linked``: every rule's half
+    records are among them) with ``HALF_WINDOW``, the op records with ``OP_WINDOW``. Every
     rule reads them, so they are attached once here by ``attach`` (the job's choice: a
     literal map for a few queues, a broadcast join beyond); each rule joining the per-queue
     rows again was a broadcast, so a Spark job, per rule and projection."""
     window = queues.filter(F.col("h0").isNotNull())
-    return RoundEvidence(
-        attach(evidence.half, window, HALF_WINDOW),
-        attach(evidence.ops, window, OP_WINDOW),
-        evidence.op_items,
-    )
+    half = attach(evidence.linked, window, HALF_WINDOW)
+    return RoundEvidence(half, attach(evidence.ops, window, OP_WINDOW), evidence.op_items, half)
 
 
 def narrowed(
@@ -155,7 +156,7 @@ def narrowed(
             how="left_semi",
         )
     )
-    return RoundEvidence(half, ops, op_items)
+    return RoundEvidence(half, ops, op_items, half)
 
 
 def _finding(

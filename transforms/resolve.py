@@ -31,24 +31,28 @@ def with_transaction_key(half: DataFrame) -> DataFrame:
     return half.withColumn(TRANSACTION_KEY, F.coalesce(F.col("uniq_key"), orphan))
 
 
-def resolved_transactions(
-    half: DataFrame, named: DataFrame, of: DataFrame | None = None, small: bool = False
-) -> DataFrame:
-    """``broker, queue_id, transaction_key`` of every transaction with a named record; a
-    key may repeat (its consumers test membership with semi or anti joins, so removing
-    repeats would cost a shuffle for nothing).
+def transaction_records(half: DataFrame, of: DataFrame, small: bool = False) -> DataFrame:
+    """Every record of ``half`` of a transaction of a record of ``of`` (both carry
+    ``transaction_key``): what settles those transactions, rule 3 reaching through the key
+    to records outside ``of``. ``small`` says ``of`` may be broadcast (``half`` is only
+    scanned)."""
+    keys = ["broker", "queue_id", TRANSACTION_KEY]
+    # A semi join ignores repeated keys on its right: a broadcast needs no distinct.
+    wanted = F.broadcast(of.select(*keys)) if small else of.select(*keys).distinct()
+    return half.join(wanted, keys, how="left_semi")
 
-    ``half`` must carry ``transaction_key`` and ``prepared_queue_offset``; ``named`` is
-    ``broker, queue_id, half_offset``. With ``of`` (half records), only the transactions of
-    those records are settled: every record of theirs is looked up in ``named``. ``small``
-    says ``of`` is small enough to broadcast, so that neither ``half`` nor ``named`` is
-    shuffled (they are only scanned).
+
+def resolved_transactions(half: DataFrame, named: DataFrame, small: bool = False) -> DataFrame:
+    """``broker, queue_id, transaction_key`` of every transaction of ``half`` with a named
+    record; a key may repeat (its consumers test membership with semi or anti joins, so
+    removing repeats would cost a shuffle for nothing).
+
+    ``half`` must carry ``transaction_key`` and ``prepared_queue_offset`` (every record of
+    the transactions to settle: ``transaction_records``); ``named`` is ``broker, queue_id,
+    half_offset``. ``small`` says ``half`` is small enough to broadcast, so that ``named``
+    is not shuffled (only scanned).
     """
     keys = ["broker", "queue_id", TRANSACTION_KEY]
-    if of is not None:
-        # A semi join ignores repeated keys on its right: a broadcast needs no distinct.
-        wanted = F.broadcast(of.select(*keys)) if small else of.select(*keys).distinct()
-        half = half.join(wanted, keys, how="left_semi")
     if small:
         # Broadcast the few records and stream `named` past them. Each record stands for
         # both offsets that resolve it (rules 1 and 2): one broadcast, not one per rule

@@ -63,6 +63,7 @@ from transforms.ops import explode_op_items
 from transforms.params import RoundParams
 from transforms.pending_history import first_seen_now
 from transforms.queue_values import joined_values
+from transforms.resolve import transaction_records
 from transforms.round_stages import (
     NOTE,
     bad_record_facts,
@@ -250,7 +251,12 @@ def classify_round(
     # Only records from h0 on are classified, and only their transactions resolved.
     from_h0 = m.records(records_from_h0(half, starts, m.attach))
     small = m.is_small(records_from_h0_bound(starts))
-    unresolved = unresolved_from_h0(half, op_items, from_h0, small=small)
+    # Every half record of the transactions from h0: resolution reads them, and the anomaly
+    # rules' transactions (a record in [h0, h1)) are among them. Kept when few, so that the
+    # rules do not scan every half record again; else cut after its shuffle.
+    linked_records = transaction_records(half, from_h0, small)
+    linked = m.kept(linked_records) if small else m.records(linked_records)
+    unresolved = unresolved_from_h0(linked, op_items, from_h0, small=small)
     # Materialised: the stop offsets are aggregated from them before statuses are set.
     candidates = m.records(classified(unresolved, params))
     h1s = m.per_queue(with_h1(starts, stop_facts(candidates)))
@@ -272,7 +278,8 @@ def classify_round(
         note_facts(note_rows),
     )
     # Left lazy: its consumer materialises it once (the job adds its warnings first).
-    return RoundState(pending, queues, bad_records, params, m, RoundEvidence(half, ops, op_items))
+    evidence = RoundEvidence(half, ops, op_items, linked)
+    return RoundState(pending, queues, bad_records, params, m, evidence)
 
 
 def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:

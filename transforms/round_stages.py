@@ -87,13 +87,14 @@ def records_from_h0_bound(starts: DataFrame) -> DataFrame:
 
 
 def unresolved_from_h0(
-    half: DataFrame, op_items: DataFrame, from_h0: DataFrame, small: bool
+    linked: DataFrame, op_items: DataFrame, from_h0: DataFrame, small: bool
 ) -> DataFrame:
     """Records from h0 of no resolved transaction (rules 1-3). Only the transactions of
-    ``from_h0`` are resolved (rule 3 reaches below h0 through ``half``); ``small`` says
+    ``from_h0`` are resolved, from ``linked``, every half record of theirs
+    (``transaction_records``: rule 3 reaches below h0 through them); ``small`` says
     ``from_h0`` may be broadcast."""
     named = named_offsets(op_items)
-    resolved = resolved_transactions(half, named, of=from_h0, small=small)
+    resolved = resolved_transactions(linked, named, small=small)
     # Named copies of the few transactions from h0 are fewer than their records: broadcast.
     return unresolved_half(from_h0, F.broadcast(resolved) if small else resolved).select(
         *from_h0.columns

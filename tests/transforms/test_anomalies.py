@@ -468,7 +468,8 @@ QUEUES_DDL = (
 
 def _evidence(spark: SparkSession, ops: list[dict], queues: DataFrame) -> RoundEvidence:
     op_frame = frame(spark, ops)
-    return windowed(RoundEvidence(frame(spark, []), op_frame, explode_op_items(op_frame)), queues)
+    half = frame(spark, [])
+    return windowed(RoundEvidence(half, op_frame, explode_op_items(op_frame), half), queues)
 
 
 def test_op_stall_4_9_at_the_op_offset(spark: SparkSession) -> None:

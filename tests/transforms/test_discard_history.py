@@ -58,7 +58,8 @@ def _round(spark: SparkSession, records: list[dict[str, Any]]) -> RoundEvidence:
     fields, op records, and the items their bodies name."""
     messages = frame(spark, records)
     ops = messages.filter(is_op())
-    return RoundEvidence(with_half_fields(messages.filter(is_half())), ops, explode_op_items(ops))
+    half = with_half_fields(messages.filter(is_half()))
+    return RoundEvidence(half, ops, explode_op_items(ops), half)
 
 
 def msg_id(commitlog_offset: int) -> str:

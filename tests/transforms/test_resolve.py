@@ -7,7 +7,12 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
+from transforms.resolve import (
+    resolved_transactions,
+    transaction_records,
+    unresolved_half,
+    with_transaction_key,
+)
 
 HALF = "broker STRING, queue_id INT, queue_offset BIGINT, prepared_queue_offset BIGINT, uniq_key STRING"
 KEYS = "broker STRING, queue_id INT, transaction_key STRING"
@@ -48,8 +53,7 @@ def _keys(spark: SparkSession, keys: list[str]) -> DataFrame:
 def test_resolved_transactions_by_rules_1_and_2(
     spark: SparkSession, half: DataFrame, named: DataFrame, small: bool
 ) -> None:
-    of = half if small else None
-    got = resolved_transactions(half, named, of=of, small=small).distinct()
+    got = resolved_transactions(half, named, small=small).distinct()
     expected = _keys(spark, ["K1", "K2", "\u0000offset:5"])
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
@@ -60,7 +64,10 @@ def test_resolved_transactions_of_some_records_settles_only_theirs(
 ) -> None:
     # The copy at offset 3 asks about K2: every record of K2 is looked up, and K1 is not.
     of = half.filter("queue_offset IN (3, 4)")
-    got = resolved_transactions(half, named, of=of, small=small).distinct()
+    linked = transaction_records(half, of, small=small)
+    offsets = sorted(row["queue_offset"] for row in linked.collect())
+    assert offsets == [2, 3, 4]  # K2's original below the records asked about, and K3
+    got = resolved_transactions(linked, named, small=small).distinct()
     assert_df_equality(got, _keys(spark, ["K2"]), ignore_row_order=True, ignore_nullable=True)
 
 

@@ -16,6 +16,7 @@ from schemas.outputs import BAD_RECORD
 from tests.transforms.builders import T, frame, half, op, params
 from transforms.merge import Facts, merged
 from transforms.offsets import window_facts, window_rows
+from transforms.resolve import transaction_records
 from transforms.round_stages import (
     NOTE,
     bad_record_facts,
@@ -123,6 +124,14 @@ def test_unresolved_from_h0_applies_rules_1_to_3(spark: SparkSession, small: boo
         f"{HALF_KEYS}, transaction_key STRING, prepared_queue_offset LONG",
     )
     out = unresolved_from_h0(half_rows, op_items, from_h0, small=small)
+    # Given only the transactions from h0 (what the round passes), the same.
+    linked = transaction_records(half_rows, from_h0, small=small)
+    assert_df_equality(
+        unresolved_from_h0(linked, op_items, from_h0, small=small),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
 
 
