@@ -4,9 +4,9 @@ per finding, with the number each rule measured and the threshold it was compare
 Each rule is one function over the round's own frames (``RoundEvidence``, each record with
 its queue's window attached by ``windowed``, beside the pending records): joins and
 aggregates only, facts of one key merged in one aggregate (``transforms.merge``), and every
-rule ends in
-``_finding``, the ``ANOMALY`` schema contract. ``stalled_offset`` needs earlier runs of the
-output root, which ``jobs.anomalies`` reads; the rule itself is pure and lives here.
+rule ends in ``_finding``, the ``ANOMALY`` schema contract. ``stalled_offset`` needs earlier
+runs of the output root, which ``jobs.anomalies`` reads; the rule itself is pure and lives
+here.
 """
 
 from __future__ import annotations
@@ -709,8 +709,8 @@ def with_run_columns(anomalies: DataFrame, params: RoundParams) -> DataFrame:
 def with_anomaly_counts(summary: DataFrame, anomalies: DataFrame) -> DataFrame:
     """``run_summary`` rows with ``anomalies_<severity>``: this run's anomalies of that
     severity on the queue (0 when none). Columns in ``RUN_SUMMARY`` order. The counts are
-    merged with the summary rows carried along (one aggregate: a join of the few summary
-    rows with an aggregate of the anomalies shuffled both)."""
+    merged with the summary rows carried along, in one aggregate (joining the few summary
+    rows with an aggregate of the anomalies shuffled both sides)."""
     counts = Facts(
         # A finding of no queue (null queue_id) counts on no row: the summary row of an
         # unknown queue (null queue_id) shows 0.
