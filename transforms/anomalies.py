@@ -45,7 +45,7 @@ from transforms.ops import (
 )
 from transforms.params import RoundParams
 from transforms.queue_values import Attach, joined_values
-from transforms.resolve import TRANSACTION_KEY
+from transforms.resolve import TRANSACTION, resolving_offsets
 
 RECHECK_OF_RESOLVED = "recheck_of_resolved"
 IMMUNITY_EXHAUSTS_CHECKS = "immunity_exhausts_checks"
@@ -65,8 +65,6 @@ KINDS = (
     SYSTEM_TOPIC_OR_DELAY,
     OP_STALL_4_9,
 )
-
-TRANSACTION = [*QUEUE_KEY, TRANSACTION_KEY]  # a transaction of one queue
 
 OP_PULL_SIZE = 32  # op records per pull of the broker's check (OP_MSG_PULL_NUMS)
 BACKLOG_CRITICAL_FACTOR = 10
@@ -146,9 +144,7 @@ def narrowed(
     transactions = evidence.half.filter(_in_window()).select(*TRANSACTION).distinct()
     half = keep(evidence.half.join(transactions, TRANSACTION, how="left_semi"))
     ops = keep(_from_p0(evidence.ops))
-    offsets = half.select(
-        *QUEUE_KEY, F.explode(F.array("queue_offset", "prepared_queue_offset")).alias(HALF_OFFSET)
-    )
+    offsets = half.select(*QUEUE_KEY, resolving_offsets().alias(HALF_OFFSET))
     op_items = keep(
         evidence.op_items.join(
             offsets.filter(F.col(HALF_OFFSET).isNotNull()).distinct(),
@@ -200,15 +196,17 @@ def _flag(frame: DataFrame, keys: list[str], name: str) -> Facts:
     return Facts(frame.select(*keys, F.lit(True).alias(name)), (F.max(name).alias(name),))
 
 
-def _unresolved_by_offset(evidence: RoundEvidence, pending: DataFrame) -> DataFrame:
-    """The half records in [h0, h1) that no op record names by their own offset and that
-    are not pending: resolved through another record of their transaction (rules 2-3).
-    One aggregate per half offset, not two anti-joins (a Spark job per exchange)."""
+def _unresolved_by_offset(
+    evidence: RoundEvidence, named: DataFrame, pending: DataFrame
+) -> DataFrame:
+    """The half records in [h0, h1) that no op record names by their own offset (``named``:
+    ``named_offsets``) and that are not pending: resolved through another record of their
+    transaction (rules 2-3). One aggregate per half offset, not two anti-joins (a Spark
+    job per exchange)."""
     keys = [*QUEUE_KEY, "queue_offset"]
-    named = named_offsets(evidence.op_items).withColumnRenamed(HALF_OFFSET, "queue_offset")
     facts = merged(
         carried(evidence.half.filter(_in_window()).drop("h1"), keys),  # one record per offset
-        _flag(named, keys, "_named"),
+        _flag(named.withColumnRenamed(HALF_OFFSET, "queue_offset"), keys, "_named"),
         _flag(pending, keys, "_pending"),
         keys=keys,
     )
@@ -224,14 +222,15 @@ def recheck_of_resolved(
     op record) that the broker, matching exact offsets, acts on: it checks, puts back or
     discards them, or stops at them. An immunity copy whose original (at or after h0) is
     named is skipped by the broker too (``checkPrepareQueueOffset``), so it is no finding."""
-    broker_sees_unresolved = _unresolved_by_offset(evidence, pending).transform(
+    named = named_offsets(evidence.op_items)
+    broker_sees_unresolved = _unresolved_by_offset(evidence, named, pending).transform(
         with_round_class, params
     )
     skipped_by_broker = (F.col("round_class") == IMMUNE) & (
         F.col("prepared_queue_offset") >= F.col("h0")
     )
     # Repeated names are harmless to an anti-join: no distinct (a shuffle) first.
-    named_prepared = named_offsets(evidence.op_items).select(
+    named_prepared = named.select(
         F.col("broker").alias("_broker"),
         F.col("queue_id").alias("_queue_id"),
         F.col(HALF_OFFSET).alias("_prepared"),
@@ -338,11 +337,8 @@ def discarded_without_check(unchecked: DataFrame) -> DataFrame:
 def _naming_times(records: DataFrame, op_items: DataFrame) -> DataFrame:
     """``broker, queue_id, transaction_key, op_at``: the store time of each op record naming
     one of ``records`` by its offset or as the original of an immunity copy (its prepared
-    offset): both offsets of a record exploded, so that one join finds either."""
-    offsets = records.select(
-        *TRANSACTION,
-        F.explode(F.array("queue_offset", "prepared_queue_offset")).alias(HALF_OFFSET),
-    )
+    offset): ``resolving_offsets``, so that one join finds either."""
+    offsets = records.select(*TRANSACTION, resolving_offsets().alias(HALF_OFFSET))
     return offsets.join(named_with_times(op_items), [*QUEUE_KEY, HALF_OFFSET], "inner").select(
         *TRANSACTION, F.col(OP_STORE_MS).alias("op_at")
     )
@@ -538,7 +534,7 @@ def system_topic_or_delay(pending: DataFrame) -> DataFrame:
     flagged = pending.select("*", system.alias("system"), _delay_property().alias("delay")).filter(
         F.col("system") | F.col("delay").isNotNull()
     )
-    first = flagged.groupBy(*QUEUE_KEY, TRANSACTION_KEY).agg(
+    first = flagged.groupBy(*TRANSACTION).agg(
         F.min(
             F.struct("queue_offset", "uniq_key", "producer_group", "real_topic", "system", "delay")
         ).alias("r")

@@ -14,15 +14,23 @@ anti-join.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from transforms.ops import HALF_OFFSET
 
 TRANSACTION_KEY = "transaction_key"
+TRANSACTION = ["broker", "queue_id", TRANSACTION_KEY]  # a transaction of one queue
 # A record without UNIQ_KEY is its own transaction. NUL cannot start a real UNIQ_KEY
 # (client ids are hex), so the synthetic key never collides with one.
 _ORPHAN_PREFIX = "\u0000offset:"
+
+
+def resolving_offsets() -> Column:
+    """Each half record as the two offsets an op record resolves it by (rules 1 and 2): its
+    own and, for an immunity copy, its original's (``prepared_queue_offset``; null for
+    other records). One row each after ``explode``: a single join finds either."""
+    return F.explode(F.array(F.col("queue_offset"), F.col("prepared_queue_offset")))
 
 
 def with_transaction_key(half: DataFrame) -> DataFrame:
@@ -36,10 +44,9 @@ def transaction_records(half: DataFrame, of: DataFrame, small: bool = False) -> 
     ``transaction_key``): what settles those transactions, rule 3 reaching through the key
     to records outside ``of``. ``small`` says ``of`` may be broadcast (``half`` is only
     scanned)."""
-    keys = ["broker", "queue_id", TRANSACTION_KEY]
     # A semi join ignores repeated keys on its right: a broadcast needs no distinct.
-    wanted = F.broadcast(of.select(*keys)) if small else of.select(*keys).distinct()
-    return half.join(wanted, keys, how="left_semi")
+    wanted = F.broadcast(of.select(*TRANSACTION)) if small else of.select(*TRANSACTION).distinct()
+    return half.join(wanted, TRANSACTION, how="left_semi")
 
 
 def resolved_transactions(half: DataFrame, named: DataFrame, small: bool = False) -> DataFrame:
@@ -52,15 +59,13 @@ def resolved_transactions(half: DataFrame, named: DataFrame, small: bool = False
     half_offset``. ``small`` says ``half`` is small enough to broadcast, so that ``named``
     is not shuffled (only scanned).
     """
-    keys = ["broker", "queue_id", TRANSACTION_KEY]
+    keys = TRANSACTION
     if small:
         # Broadcast the few records and stream `named` past them. Each record stands for
         # both offsets that resolve it (rules 1 and 2): one broadcast, not one per rule
         # (each is a Spark job). An offset named twice repeats a key.
-        offsets = F.explode(F.array(F.col("queue_offset"), F.col("prepared_queue_offset")))
-        copies = F.broadcast(
-            half.select(*keys, offsets.alias("_resolving")).filter(F.col("_resolving").isNotNull())
-        )
+        resolving = resolving_offsets().alias("_resolving")
+        copies = F.broadcast(half.select(*keys, resolving).filter(F.col("_resolving").isNotNull()))
         # Renamed so that the join conditions name each side unambiguously (both sides may
         # come from the same cached records).
         naming = named.select(
