@@ -141,6 +141,7 @@ def probe_workers(spark: SparkSession) -> None:
         f" (the driver runs {sys.executable}) before the session starts"
     )
     try:
+        # One element, one partition: one worker's report comes back.
         rows = spark.sparkContext.parallelize([0], 1).map(_worker_report_function()).collect()
     except Exception as exc:
         raise WorkerEnvironmentError(
