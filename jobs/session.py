@@ -43,7 +43,7 @@ def build_session(
         # Notebooks run many rounds in one session: keep the UI's query history small.
         .config("spark.sql.ui.retainedExecutions", "20")
     )
-    builder = _local_settings(builder, master, driver_memory)
+    builder, java_options = _local_settings(builder, master, driver_memory)
     if not adaptive:
         # Tests: tiny frames, where adaptive execution only adds a Spark job per stage.
         builder = builder.config("spark.sql.adaptive.enabled", "false")
@@ -52,8 +52,9 @@ def build_session(
     if not verbose and _LOG4J.exists():
         # The driver's JVM only (effective when this call starts it): the file is on the
         # driver's disk, and executors elsewhere keep the cluster's own logging options.
-        opt = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
-        builder = builder.config("spark.driver.extraJavaOptions", opt)
+        java_options.append(f"-Dlog4j2.configurationFile=file:{_LOG4J}")
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     if delta:
         from connectors.delta import delta_session_conf
 
@@ -72,18 +73,29 @@ def build_session(
     return session
 
 
+# G1's region size in a local driver. The default for a 4 GiB heap is 2 MiB, and an object
+# of half a region or more is "humongous": it takes whole regions of its own, and G1
+# moves none of them. Spark's in-memory cache holds its column buffers in arrays of about
+# 1 MiB, so at 16m (30 M records cached) 1 975 of the heap's 2 048 regions were humongous
+# around 2.2 GB of live arrays, and the read died "Java heap space" (GC log, docs/decisions.md).
+# With 32 MiB regions those arrays are ordinary objects (Spark's tuning guide gives the same
+# advice for large heaps).
+G1_REGION = "-XX:G1HeapRegionSize=32m"
+
+
 def _local_settings(
     builder: SparkSession.Builder, master: str | None, driver_memory: str | None
-) -> SparkSession.Builder:
-    """Settings that only make sense when the driver's JVM runs the whole job."""
+) -> tuple[SparkSession.Builder, list[str]]:
+    """Settings that only make sense when the driver's JVM runs the whole job, and the
+    driver's Java options they need."""
     if not (master and master.startswith("local")):
-        return builder
+        return builder, []
     builder = builder.config("spark.ui.enabled", "false")
     if driver_memory:
         # Local mode runs everything in the driver's JVM: its heap holds the cached records.
         # Only effective when this call starts the JVM (not in a running notebook session).
         builder = builder.config("spark.driver.memory", driver_memory)
-    return builder
+    return builder, [G1_REGION]
 
 
 # What the Python workers must be able to import: the readers and transforms run there.
