@@ -163,16 +163,19 @@ def _usable(read: DiscardRead, as_of_ms: int) -> tuple[DataFrame, DataFrame]:
     return usable, bad
 
 
-def named_real_queues(usable: DataFrame, as_of_ms: int) -> list[tuple[str, str, int]]:
-    """(broker, topic, queue id) the discard records before T name: one row per queue."""
-    named = (
+def counted_real_queues(usable: DataFrame, as_of_ms: int) -> tuple[list[tuple[str, str, int]], int]:
+    """(broker, topic, queue id) the discard records before T name, one per queue, and how
+    many discard records there are before T: one aggregate for both."""
+    counted = (
         with_half_fields(usable.filter(stored_before(as_of_ms)))
-        .select("broker", "real_topic", "real_queue_id")
-        .where(F.col("real_topic").isNotNull() & F.col("real_queue_id").isNotNull())
-        .distinct()
-        .collect()  # one row per named real queue
+        .groupBy("broker", "real_topic", "real_queue_id")
+        .agg(F.count(F.lit(1)).alias("records"))
+        .collect()  # one row per named real queue, and one per broker for the unnamed
     )
-    return sorted((row[0], row[1], row[2]) for row in named)
+    named = sorted(
+        (row[0], row[1], row[2]) for row in counted if row[1] is not None and row[2] is not None
+    )
+    return named, sum(row["records"] for row in counted)
 
 
 def readable_queues(
@@ -272,10 +275,11 @@ def build_discard_history(
     read = _read_discards(spark, request, config)
     usable, bad = _usable(read, params.as_of_ms)
     usable = keep(usable)
-    named = named_real_queues(usable, params.as_of_ms) if request.stores else []
+    named, discarded = counted_real_queues(usable, params.as_of_ms)
+    named = named if request.stores else []
     queues = readable_queues(request.stores, named)
     commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
-    if usable.filter(stored_before(params.as_of_ms)).isEmpty():
+    if not discarded:
         # Nothing discarded (the usual case): the evidence joins would read the round's
         # records for nothing.
         history = spark.createDataFrame([], DISCARD_HISTORY)
@@ -283,8 +287,14 @@ def build_discard_history(
     else:
         # The discarded transactions' half records are cached: the history's rules and the
         # findings below read them, and each read of them is a scan of every half record.
+        # A discarded transaction has about check_max + 2 half records before T (its
+        # original, its check copies, an immunity copy): that many rows per discard decide
+        # whether the discard side of the joins with every half record, op item and commit
+        # is broadcast.
+        linked_rows = discarded * (params.check_max + 2)
+        small = linked_rows <= materializer.broadcast_rows
         evidence = evidence_from(
-            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep
+            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep, small
         )
         history = discard_history(evidence, params)
         unchecked = discarded_without_check(discarded_unchecked(evidence))

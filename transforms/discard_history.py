@@ -75,6 +75,8 @@ class DiscardEvidence:
             queue_id, sys_flag, prepared_transaction_offset, store_timestamp_ms``).
         readable_queues: (broker, topic, queue id) of the real queues that could be read
             (a few, known on the driver).
+        small: the discard rows and their half records are few enough to broadcast
+            (``broadcast_or_merge``); the job decides from the count of discard records.
     """
 
     as_of_ms: int
@@ -85,6 +87,15 @@ class DiscardEvidence:
     pending: DataFrame
     commits: DataFrame
     readable_queues: Sequence[tuple[str, str, int]]
+    small: bool = False
+
+
+def broadcast_or_merge(discard_side: DataFrame, small: bool) -> DataFrame:
+    """The discard side of a join with every half record, op item or commit: broadcast
+    when ``small``, else a sort-merge join. Never left to Spark's estimate: a store read is
+    a Python map over a few task ids, whose estimate is a few bytes whatever it returns,
+    so at 16m Spark planned a broadcast of 14 M commits and ran the driver out of heap."""
+    return F.broadcast(discard_side) if small else discard_side.hint("merge")
 
 
 def evidence_from(
@@ -95,22 +106,25 @@ def evidence_from(
     readable_queues: Sequence[tuple[str, str, int]],
     as_of_ms: int,
     keep: Callable[[DataFrame], DataFrame] = LAZY.records,
+    small: bool = False,
 ) -> DiscardEvidence:
     """The evidence at T from the round's own frames (``round_evidence``: its half records
     with their fields, its op records and the items their bodies name, each split once by
     the round), the discard records (``discards``: duplicates already removed) and what the
     job read beside them. ``keep`` materialises the discarded transactions' half records,
-    which every rule reads (the job caches them; by default they stay lazy)."""
+    which every rule reads (the job caches them; by default they stay lazy); ``small``:
+    see ``DiscardEvidence`` (both answers give the same rows)."""
     rows = discard_rows(discards, as_of_ms)
     return DiscardEvidence(
         as_of_ms=as_of_ms,
         rows=rows,
-        linked=keep(transaction_halves(rows, round_evidence.half, as_of_ms)),
+        linked=keep(transaction_halves(rows, round_evidence.half, as_of_ms, small)),
         op_items=named_with_times(round_evidence.op_items),
         op_store_times=round_evidence.ops.select("broker", "store_timestamp_ms"),
         pending=pending,
         commits=commits,
         readable_queues=readable_queues,
+        small=small,
     )
 
 
@@ -131,7 +145,9 @@ def discard_rows(discards: DataFrame, as_of_ms: int) -> DataFrame:
     )
 
 
-def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataFrame:
+def transaction_halves(
+    rows: DataFrame, half: DataFrame, as_of_ms: int, small: bool = False
+) -> DataFrame:
     """Each discard row joined to the half records of its transaction (same broker and
     ``uniq_key``) stored before T: ``DISCARD_KEY`` plus the half record's place, counter,
     store time and commit-log offset. ``half``: half records with their fields
@@ -147,9 +163,8 @@ def transaction_halves(rows: DataFrame, half: DataFrame, as_of_ms: int) -> DataF
         F.col("store_timestamp_ms").alias("half_stored_ms"),
     )
     keys = rows.select(*DISCARD_KEY, "uniq_key", "real_topic", "real_queue_id", "discarded_at_ms")
-    return keys.filter(F.col("uniq_key").isNotNull()).join(
-        halves, on=["broker", "uniq_key"], how="inner"
-    )
+    keys = broadcast_or_merge(keys.filter(F.col("uniq_key").isNotNull()), small)
+    return halves.join(keys, on=["broker", "uniq_key"], how="inner")
 
 
 def half_facts(linked: DataFrame) -> Facts:
@@ -174,7 +189,9 @@ def half_facts(linked: DataFrame) -> Facts:
     )
 
 
-def commit_times(linked: DataFrame, commits: DataFrame, as_of_ms: int) -> Facts:
+def commit_times(
+    linked: DataFrame, commits: DataFrame, as_of_ms: int, small: bool = False
+) -> Facts:
     """Per discard row: ``commit_ms``, the earliest store time of a committed message in
     its real queue whose prepared-transaction offset is the commit-log offset of one of its
     half records."""
@@ -187,11 +204,12 @@ def commit_times(linked: DataFrame, commits: DataFrame, as_of_ms: int) -> Facts:
         F.col("store_timestamp_ms").alias("_commit_ms"),
     )
     on = ["broker", "real_topic", "real_queue_id", "half_commitlog_offset"]
-    rows = linked.join(committed, on=on, how="inner").select(*DISCARD_KEY, "_commit_ms")
+    rows = committed.join(broadcast_or_merge(linked, small), on=on, how="inner")
+    rows = rows.select(*DISCARD_KEY, "_commit_ms")
     return Facts(rows, (F.min("_commit_ms").alias("commit_ms"),))
 
 
-def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> Facts:
+def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int, small: bool = False) -> Facts:
     """Per discard row: ``op_ms``, the earliest store time of an op record stored before T
     naming one of its half records."""
     named = op_items.filter(F.col("op_store_ms") < F.lit(as_of_ms)).select(
@@ -201,7 +219,8 @@ def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int) -> Facts:
         F.col("op_store_ms").alias("_op_ms"),
     )
     on = ["broker", "half_queue_id", "half_offset"]
-    rows = linked.join(named, on=on, how="inner").select(*DISCARD_KEY, "_op_ms")
+    rows = named.join(broadcast_or_merge(linked, small), on=on, how="inner")
+    rows = rows.select(*DISCARD_KEY, "_op_ms")
     return Facts(rows, (F.min("_op_ms").alias("op_ms"),))
 
 
@@ -279,8 +298,8 @@ def with_flags(evidence: DiscardEvidence) -> DataFrame:
     facts = merged(
         carried(rows, DISCARD_KEY),
         half_facts(linked),
-        commit_times(linked, evidence.commits, as_of_ms),
-        op_times(linked, evidence.op_items, as_of_ms),
+        commit_times(linked, evidence.commits, as_of_ms, evidence.small),
+        op_times(linked, evidence.op_items, as_of_ms, evidence.small),
         resumed_pending(rows, evidence.pending),
         keys=DISCARD_KEY,
     )

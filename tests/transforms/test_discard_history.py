@@ -113,7 +113,7 @@ def _scenario() -> dict[str, list[dict[str, Any]]]:
     return {"records": halves + ops, "discards": discards, "commits": commits}
 
 
-def _history(spark: SparkSession) -> DataFrame:
+def _history(spark: SparkSession, small: bool = False) -> DataFrame:
     case = _scenario()
     # K7's resumed copy (stored after the discard) is pending; K8's pending record is the
     # discarded copy itself (stored before the discard: a committed offset that stalled).
@@ -129,6 +129,7 @@ def _history(spark: SparkSession) -> DataFrame:
         frame(spark, case["commits"]),
         readable,
         T,
+        small=small,
     )
     return discard_history(evidence, params())
 
@@ -147,8 +148,9 @@ def _resume(offset: int) -> tuple[bool, str, str]:
 FUTILE = (True, None, None)
 
 
-def test_reason_and_outcome_of_each_hand_built_discard(spark: SparkSession) -> None:
-    out = _history(spark)
+@pytest.mark.parametrize("small", [False, True], ids=["merge-joined", "broadcast"])
+def test_reason_and_outcome_of_each_hand_built_discard(spark: SparkSession, small: bool) -> None:
+    out = _history(spark, small)
     expected = [
         ("b", 0, "K0", "check_max", "unresolved", False, *_resume(0)),
         ("b", 1, "K1", "expired", "unresolved", False, *FUTILE),
