@@ -13,6 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
+from connectors import delta_jars
 from connectors.delta import TABLE_PROPERTIES, can_write_delta, delta_spark_coordinate
 from tests.delta.helpers import commit_infos, engine, run_job, tables_of
 from tests.robustness.store import TABLES, rows_of
@@ -46,6 +47,7 @@ def first_runs(spark, store, tmp_path_factory) -> dict[str, tuple[Path, dict[str
 
 def test_the_session_can_write_delta_with_the_derived_coordinate(spark) -> None:
     assert can_write_delta(spark)
+    assert not delta_jars._delta_classes_absent(spark)  # the quick check finds the jars too
     assert spark.sparkContext.getConf().get("spark.jars.packages") == delta_spark_coordinate()
 
 
