@@ -20,9 +20,13 @@ tree for the sampler and is reaped by us, not by init.
 what the tree made the kernel fetch from storage: near 0 when the stores were in the page
 cache.
 
-Peak memory is the highest sum of RSS over the tree seen by the sampler. Pages shared
-between processes (forked Python workers) are counted once per process, so this is an upper
-bound of the physical memory used.
+Peak memory is measured two ways. ``peak_rss_bytes``: the highest sum of RSS over the tree
+seen by the sampler; pages shared between processes (forked Python workers) are counted once
+per process, so it is an upper bound of the physical memory used. ``peak_pss_bytes``: the
+highest sum of proportional set sizes (``/proc/<pid>/smaps_rollup``: a page shared by n
+processes counts 1/n in each), the tree's real share of memory. Reading ``smaps_rollup``
+walks the page tables of a multi-GB JVM, so PSS is sampled every ``pss_interval`` s (1 s)
+rather than at every sample: a peak shorter than that can be missed.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class Measurement:
     cpu_s: float
     cpu_rusage_s: float | None
     peak_rss_bytes: int
+    peak_pss_bytes: int
     max_processes: int
     processes_seen: int
     disk_read_bytes: int
@@ -81,22 +86,28 @@ class Measurement:
 class TreeSampler(threading.Thread):
     """Samples every descendant of this process: CPU (remembering the exited) and RSS sum."""
 
-    def __init__(self, interval: float = 0.2, exclude: set[int] | None = None) -> None:
+    def __init__(
+        self, interval: float = 0.2, exclude: set[int] | None = None, pss_interval: float = 1.0
+    ) -> None:
         super().__init__(daemon=True)
         self.interval = interval
+        self.pss_interval = pss_interval
+        self._pss_due = 0.0  # monotonic time of the next PSS sample
         self.exclude = exclude or set()  # children (and their trees) that are not measured
         # Last figures seen per process, keyed by (pid, create time): user+sys seconds, and
         # bytes read from storage.
         self.cpu: dict[tuple[int, float], float] = {}
         self.disk: dict[tuple[int, float], int] = {}
         self.peak_rss = 0
+        self.peak_pss = 0
         self.max_processes = 0
         self._halt = threading.Event()
         self._me = psutil.Process()
 
     def sample(self) -> None:
         rss, alive = 0, 0
-        for proc in self._tree():
+        tree = self._tree()
+        for proc in tree:
             try:
                 with proc.oneshot():
                     times = proc.cpu_times()
@@ -112,6 +123,19 @@ class TreeSampler(threading.Thread):
             alive += 1
         self.peak_rss = max(self.peak_rss, rss)
         self.max_processes = max(self.max_processes, alive)
+        if time.monotonic() >= self._pss_due:
+            self._pss_due = time.monotonic() + self.pss_interval
+            self.peak_pss = max(self.peak_pss, self._pss(tree))
+
+    @staticmethod
+    def _pss(tree: list[psutil.Process]) -> int:
+        total = 0
+        for proc in tree:
+            with contextlib.suppress(
+                psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess
+            ):
+                total += getattr(proc.memory_full_info(), "pss", 0)  # no PSS off Linux
+        return total
 
     def _tree(self) -> list[psutil.Process]:
         found = []
@@ -201,6 +225,7 @@ def run_measured(
         cpu_s=sampler.cpu_total,
         cpu_rusage_s=rusage,
         peak_rss_bytes=sampler.peak_rss,
+        peak_pss_bytes=sampler.peak_pss,
         max_processes=sampler.max_processes,
         processes_seen=len(sampler.cpu),
         disk_read_bytes=sampler.disk_total,

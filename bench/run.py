@@ -1,14 +1,21 @@
-"""Run the benchmark (job, raw read floor, DuckDB peer, scale-out) and write the JSON,
-the plot and docs/benchmarks.md.
+"""Run the benchmark (the sample pairs, then per size the job, bare Spark, the raw read
+floor and the DuckDB peer; then the scale-out) and write the JSON, the plot and
+docs/benchmarks.md.
 
-``python -m bench.run [--sizes 1m,4m,16m] [--repeat 3] [--skip-peer] [--skip-scaleout]
-[--json docs/benchmarks.json] [--plot docs/benchmarks.png] [--markdown docs/benchmarks.md]``
+``python -m bench.run [--sizes 1m,4m,16m] [--repeat 3] [--pairs 3] [--skip-sample]
+[--skip-peer] [--skip-scaleout] [--fresh] [--json docs/benchmarks.json]
+[--plot docs/benchmarks.png] [--markdown docs/benchmarks.md]``
 
-Per size, on the same stores, each repeat runs the contenders one after the other (so that
-a noisy spell on the shared machine hits one repeat of each rather than every repeat of one):
-the job end to end (with its phases from the event log), the raw read floor, and the DuckDB
-peer (compared with that repeat's job output). The JSON is written after every repeat and
-keeps the sizes not run this time, so sizes can be run separately (``--fresh`` starts over).
+First the ``make run`` sample store in interleaved pairs of the job and the bare-Spark
+process (``bench.small``: the small-run ratio and the round's Spark jobs). Then per size, on
+the same stores, each repeat runs the contenders one after the other (so that a noisy spell
+on the shared machine hits one repeat of each rather than every repeat of one): the job end
+to end (with its phases from the event log), the bare-Spark process (the job net of Spark's
+start is the difference), the raw read floor, and the DuckDB peer (compared with that
+repeat's job output). A repeat whose job fails is recorded with its error and the bench goes
+on: "every repeat completes" is one of the targets. The JSON is written after every repeat
+and keeps the parts not run this time, so sizes can be run separately (``--fresh`` starts
+over).
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from pathlib import Path
 
 import psutil
 
-from bench.job import AS_OF_MS, MASTER, event_log_args, job_command, run_job
+from bench.job import AS_OF_MS, MASTER, JobFailed, event_log_args, job_command, run_job
 from bench.rawread import measure_raw_read
 from bench.report import load_results, render_all, save_results
+from bench.small import bare_spark, run_sample
 from bench.stores import (
     BROKERS,
     REPO,
@@ -116,6 +124,8 @@ def commands(python: str) -> dict[str, str]:
         "DuckDB peer": f"{python} -m bench.peer_process --store broker-a=<dir> --store broker-b=<dir>"
         f" --cache $RMQ_BENCH_DIR/peer/<size> --as-of {AS_OF_MS} --threads {PEER_THREADS}"
         " --output <job output> --result <file>",
+        "bare Spark": f"{python} -m bench.bare_spark (session as the job builds it, one trivial"
+        " Spark job)",
         "scale-out": f"{python} -m bench.scaleout (the job on 1m with --master local[1], then local[2])",
     }
 
@@ -193,26 +203,42 @@ def run_size(size: str, repeat: int, with_peer: bool, save: Callable[[dict], Non
     }
     work = bench_root() / "work" / size
     for index in range(repeat):
-        print(f"bench: {size} repeat {index + 1}/{repeat}: job", file=sys.stderr, flush=True)
-        figures: dict = {"load_average_before": [round(x, 2) for x in os.getloadavg()]}
-        figures["job"] = run_job(stores, work / "job")
-        entry["records_reported"].append(figures["job"]["records_reported"])
-        print(f"bench: {size} repeat {index + 1}/{repeat}: raw read", file=sys.stderr, flush=True)
-        raw = measure_raw_read(stores, passes=1)
-        entry["raw_read_plan"] = {k: v for k, v in raw.items() if k != "runs"}
-        figures["raw_read"] = raw["runs"][0]
-        if with_peer:
-            print(
-                f"bench: {size} repeat {index + 1}/{repeat}: DuckDB peer",
-                file=sys.stderr,
-                flush=True,
-            )
-            figures["peer"] = run_peer(size, stores, Path(figures["job"]["output"]), work)
+        figures = run_repeat(size, stores, work, f"{index + 1}/{repeat}", with_peer)
         entry["repeats"].append(figures)
+        if figures.get("job"):
+            entry["records_reported"].append(figures["job"]["records_reported"])
+        raw_plan = figures.pop("raw_read_plan")
+        entry["raw_read_plan"] = raw_plan
         entry["records_match"] = all(n == records for n in entry["records_reported"])
         save(entry)
     shutil.rmtree(work, ignore_errors=True)
     return entry
+
+
+def run_repeat(size: str, stores: dict[str, Path], work: Path, name: str, with_peer: bool) -> dict:
+    """One repeat of one size: job, bare Spark, raw read, peer (the peer only after a job
+    that succeeded: it is compared with the job's output)."""
+
+    def step(what: str) -> None:
+        print(f"bench: {size} repeat {name}: {what}", file=sys.stderr, flush=True)
+
+    figures: dict = {"load_average_before": [round(x, 2) for x in os.getloadavg()]}
+    step("job")
+    try:
+        figures["job"] = run_job(stores, work / "job")
+    except JobFailed as failed:
+        figures["job_failed"] = str(failed)[-3000:]
+        print(f"bench: {size} repeat {name}: the job FAILED: {failed}", file=sys.stderr)
+    step("bare Spark")
+    figures["bare"] = bare_spark(work / "bare")
+    step("raw read")
+    raw = measure_raw_read(stores, passes=1)
+    figures["raw_read_plan"] = {k: v for k, v in raw.items() if k != "runs"}
+    figures["raw_read"] = raw["runs"][0]
+    if with_peer and figures.get("job"):
+        step("DuckDB peer")
+        figures["peer"] = run_peer(size, stores, Path(figures["job"]["output"]), work)
+    return figures
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -223,6 +249,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sizes", default="1m,4m,16m", help="comma-separated, of " + ",".join(SIZES)
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=3, help="job/bare-Spark pairs on the sample")
+    parser.add_argument("--skip-sample", action="store_true", help="do not run the sample pairs")
     parser.add_argument("--skip-peer", action="store_true", help="do not run the DuckDB peer")
     parser.add_argument("--skip-scaleout", action="store_true", help="do not run bench.scaleout")
     parser.add_argument("--fresh", action="store_true", help="drop the sizes already in the JSON")
@@ -267,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         render_all(results, args.plot, args.markdown)
 
     started = time.perf_counter()
+    if not args.skip_sample:
+        results["sample"] = run_sample(args.pairs)
+        results["generated_at"] = _now()
+        save_results(results, args.json)
+        render_all(results, args.plot, args.markdown)
     for size in args.sizes:
         run_size(size, args.repeat, with_peer, lambda entry, size=size: save(size, entry))
     if not args.skip_scaleout:

@@ -24,14 +24,13 @@ from pathlib import Path
 
 from bench.job import AS_OF_MS, job_env, run_job
 from bench.measure import run_measured
-from bench.report import PHASES
+from bench.report import PHASES, ROUND_JOBS_TARGET
 from bench.stores import REPO, bench_root, ensure_stores
 
 SAMPLE_TRANSACTIONS = 3000  # the Makefile's SAMPLE_TRANSACTIONS
 SAMPLE_SEED = 7  # the Makefile's seed
 ROUND_PHASE = "resolve and classify"
 WRITE_PHASE = "write"
-ROUND_JOBS_TARGET = 15
 
 
 def load() -> float:
@@ -61,7 +60,9 @@ def bare_spark(work: Path) -> dict:
         raise RuntimeError(
             f"bench.bare_spark exit {measured.returncode}: {measured.stderr[-2000:]}"
         )
-    figures.update(wall_s=measured.wall_s, cpu_s=measured.cpu_s)
+    figures.update(
+        wall_s=measured.wall_s, cpu_s=measured.cpu_s, peak_pss_bytes=measured.peak_pss_bytes
+    )
     return figures
 
 
@@ -133,28 +134,38 @@ def summary(results: list[dict]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--skip-1m", action="store_true", help="only the sample pairs")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    args = parser.parse_args(argv)
+def run_sample(count: int) -> dict:
+    """The sample pairs with their summary, printed as they run (``make bench`` runs them
+    too, before the sizes)."""
     work = bench_root() / "work" / "small"
-    results: dict = {"as_of_ms": AS_OF_MS, "load_1m_at_start": load()}
-    results["sample"] = pairs({"broker-a": sample_store()}, args.pairs, work, "sample")
-    results["sample_summary"] = summary(results["sample"])
-    s = results["sample_summary"]
+    results: dict = {"load_1m_at_start": load()}
+    results["pairs"] = pairs({"broker-a": sample_store()}, count, work, "sample")
+    results["summary"] = s = summary(results["pairs"])
     print(
         f"sample: median ratio {s['median_ratio_wall']:.2f}x wall (target <= 1.8x),"
         f" {s['median_ratio_cpu']:.2f}x CPU; {ROUND_PHASE}: {s['round_jobs']} Spark jobs"
         f" (target <= {ROUND_JOBS_TARGET}: {'met' if s['round_jobs_met'] else 'NOT met'})",
         flush=True,
     )
+    shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--skip-1m", action="store_true", help="only the sample pairs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    sample = run_sample(args.pairs)
+    results: dict = {"as_of_ms": AS_OF_MS, "load_1m_at_start": sample["load_1m_at_start"]}
+    results.update(sample=sample["pairs"], sample_summary=sample["summary"])
     if not args.skip_1m:
+        work = bench_root() / "work" / "small"
         results["1m"] = pairs(ensure_stores("1m"), 1, work, "1m")
+        shutil.rmtree(work, ignore_errors=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
