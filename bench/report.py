@@ -16,6 +16,7 @@ MARK_BEGIN = (
 )
 MARK_END = "<!-- bench:end -->"
 GIB = 1 << 30
+REPO = Path(__file__).resolve().parent.parent
 SIZE_ORDER = ("1m", "4m", "16m")
 PHASES = ("decode", "resolve and classify", "discard history", "history and anomalies", "write")
 
@@ -108,13 +109,16 @@ def load_results(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def portable(text: str) -> str:
+    """``text`` with no absolute path of the measuring machine (the JSON and the page are
+    committed): paths in the checkout relative to it (commands, Spark's call sites), paths
+    under the home directory written ~/..."""
+    return text.replace(str(REPO) + "/", "").replace(str(Path.home()) + "/", "~/")
+
+
 def save_results(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(results, indent=1, sort_keys=False) + "\n"
-    # The file is committed: paths under the home directory are written ~/..., so that no
-    # absolute path of the measuring machine lands in the repository.
-    text = text.replace(str(Path.home()) + "/", "~/")
-    path.write_text(text)
+    path.write_text(portable(json.dumps(results, indent=1, sort_keys=False) + "\n"))
 
 
 def stats(values: list[float]) -> dict | None:
@@ -272,6 +276,11 @@ def size_stats(entry: dict) -> dict[str, dict | None]:
 # -- markdown --------------------------------------------------------------------------------
 
 
+def fmt_with(value: float | None, suffix: str) -> str:
+    """``fmt(value)`` followed by ``suffix``, or "n/a" alone."""
+    return "n/a" if value is None else fmt(value) + suffix
+
+
 def fmt(value: float | None, unit: str = "") -> str:
     if value is None:
         return "n/a"
@@ -338,13 +347,15 @@ def headline_rows(results: dict) -> list[list[str]]:
     ):
         value = _median(results, "1m", label)
         rows.append(
-            _headline(f"1m: {label}", fmt(value) + "x", f"≤ {target:g}x", _at_most(value, target))
+            _headline(
+                f"1m: {label}", fmt_with(value, "x"), f"≤ {target:g}x", _at_most(value, target)
+            )
         )
     peer_ratio = _median(results, "16m", "job / DuckDB peer: wall")
     rows.append(
         _headline(
             "16m: job / DuckDB peer (wall)",
-            fmt(peer_ratio) + "x",
+            fmt_with(peer_ratio, "x"),
             f"≤ {TARGET_PEER_RATIO:g}x",
             _at_most(peer_ratio, TARGET_PEER_RATIO),
         )
@@ -353,7 +364,7 @@ def headline_rows(results: dict) -> list[list[str]]:
     rows.append(
         _headline(
             "16m: job throughput (stretch)",
-            fmt(rate, "records/s") + " records/s",
+            "n/a" if rate is None else fmt(rate, "records/s") + " records/s",
             "≥ 500 k records/s",
             None if rate is None else rate >= STRETCH_RECORDS_PER_S,
         )
@@ -388,13 +399,13 @@ def _scale_rows(results: dict) -> list[list[str]]:
         ),
         _headline(
             "16m: peak memory, PSS of the process tree (max of repeats)",
-            fmt(_gib(peak)) + " GiB",
+            fmt_with(_gib(peak), " GiB"),
             f"≤ {TARGET_PEAK_PSS / GIB:g} GiB",
             _at_most(peak, TARGET_PEAK_PSS),
         ),
         _headline(
             "16m: read from disk, not page cache (median)",
-            fmt(disk) + " MB",
+            fmt_with(disk, " MB"),
             "reported",
             None if disk is None else True,
         ),
@@ -620,7 +631,7 @@ def update_markdown(path: Path, generated: str) -> None:
         text = text.rstrip() + "\n\n" + MARK_BEGIN + "\n" + MARK_END + "\n"
         begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + generated + text[end:])
+    path.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + portable(generated) + text[end:])
 
 
 # -- plot ----------------------------------------------------------------------------------

@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from bench.rawread import Piece, Plan, coalesce, read_pieces, split_plan
-from bench.report import MARK_BEGIN, MARK_END, headline_rows, render_markdown, update_markdown
+from bench.report import (
+    MARK_BEGIN,
+    MARK_END,
+    REPO,
+    headline_rows,
+    portable,
+    render_markdown,
+    update_markdown,
+)
 from bench.stores import CQ_DTYPE, used_bytes, valid_entries
 
 GIB = 1 << 30
@@ -208,3 +216,8 @@ def test_consume_queue_entries_padding_and_zero_tail() -> None:
     entries[2] = (300, 250, 0)
     assert valid_entries(entries).tolist() == [False, True, True, False, False]
     assert used_bytes(entries) == 3 * 20
+
+
+def test_committed_figures_hold_no_absolute_path_of_the_machine() -> None:
+    text = f"collect at {REPO}/jobs/x.py:1; {REPO}/.venv/bin/python; {Path.home()}/.cache/b"
+    assert portable(text) == "collect at jobs/x.py:1; .venv/bin/python; ~/.cache/b"
