@@ -67,6 +67,17 @@ def _pair(round_jobs: int) -> dict:
     return {"job": job, "bare": bare, "ratio_wall": 2.5, "ratio_cpu": 3.25}
 
 
+def _size(millions: int, repeats: list[dict]) -> dict:
+    """A size's entry: ``millions`` M transactions and records, 400 MB per million read."""
+    return {
+        "transactions": millions * 1_000_000,
+        "records": millions * 1_000_000,
+        "records_match": True,
+        "raw_read_plan": {"bytes": millions * 400_000_000, "ranges": 10 * millions},
+        "repeats": repeats,
+    }
+
+
 def _results() -> dict:
     return {
         "generated_at": "2025-01-01T00:00:00+00:00",
@@ -80,37 +91,21 @@ def _results() -> dict:
             },
         },
         "sizes": {
-            "1m": {
-                "transactions": 1_000_000,
-                "records": 1_000_000,
-                "records_match": True,
-                "raw_read_plan": {"bytes": 400_000_000, "ranges": 4},
-                # net of Spark's start: (10 - 2) / 4 = 2.0 wall, (18 - 3) / 4 = 3.75 CPU;
-                # (12 - 2) / 2 = 5.0 and (21.6 - 3) / 2 = 9.3; (6 - 2) / 1 = 4.0 and 7.8
-                "repeats": [
-                    _repeat(10, 4, 0.5, 4, 2),
-                    _repeat(12, 5, 0.4, 2, 2),
-                    _repeat(6, 4, 1, 1, 2),
-                ],
-            },
-            "4m": {
-                "transactions": 4_000_000,
-                "records": 4_000_000,
-                "records_match": True,
-                "raw_read_plan": {"bytes": 1_600_000_000, "ranges": 10},
-                "repeats": [
+            # 1m, net of Spark's start: (10 - 2) / 4 = 2.0 wall, (18 - 3) / 4 = 3.75 CPU;
+            # (12 - 2) / 2 = 5.0 and (21.6 - 3) / 2 = 9.3; (6 - 2) / 1 = 4.0 and 7.8
+            "1m": _size(
+                1,
+                [_repeat(10, 4, 0.5, 4, 2), _repeat(12, 5, 0.4, 2, 2), _repeat(6, 4, 1, 1, 2)],
+            ),
+            "4m": _size(
+                4,
+                [
                     _repeat(10, 4, 0.5, 4, 2),
                     _repeat(12, 5, 0.4, 5, 3),
                     _repeat(11, 4.5, 0.6, 6, 2.5),
                 ],
-            },
-            "16m": {
-                "transactions": 16_000_000,
-                "records": 16_000_000,
-                "records_match": True,
-                "raw_read_plan": {"bytes": 6_400_000_000, "ranges": 40},
-                "repeats": [_repeat(40, 16, 2, 10, 5), {"job_failed": "exit 1: boom"}],
-            },
+            ),
+            "16m": _size(16, [_repeat(40, 16, 2, 10, 5), {"job_failed": "exit 1: boom"}]),
         },
         "scaleout": {
             "size": "1m",
