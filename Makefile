@@ -113,7 +113,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) ## Benchmark 1M/4M/16M x3 + scale-out into docs/benchmarks.md (long; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
+bench: $(BENCH_STAMP) ## Benchmark (issue 12's targets): sample pairs vs bare Spark, 1M/4M/16M x3 with bare Spark and the DuckDB peer, scale-out, into docs/benchmarks.md (~1 h; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m ...)

@@ -212,8 +212,7 @@ def run_size(size: str, repeat: int, with_peer: bool, save: Callable[[dict], Non
         entry["repeats"].append(figures)
         if figures.get("job"):
             entry["records_reported"].append(figures["job"]["records_reported"])
-        raw_plan = figures.pop("raw_read_plan")
-        entry["raw_read_plan"] = raw_plan
+        entry["raw_read_plan"] = figures.pop("raw_read_plan")
         entry["records_match"] = all(n == records for n in entry["records_reported"])
         save(entry)
     shutil.rmtree(work, ignore_errors=True)
