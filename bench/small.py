@@ -134,10 +134,14 @@ def summary(results: list[dict]) -> dict:
     }
 
 
+def _work() -> Path:
+    return bench_root() / "work" / "small"
+
+
 def run_sample(count: int) -> dict:
     """The sample pairs with their summary, printed as they run (``make bench`` runs them
     too, before the sizes)."""
-    work = bench_root() / "work" / "small"
+    work = _work()
     results: dict = {"load_1m_at_start": load()}
     results["pairs"] = pairs({"broker-a": sample_store()}, count, work, "sample")
     results["summary"] = s = summary(results["pairs"])
@@ -161,9 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"as_of_ms": AS_OF_MS, "load_1m_at_start": sample["load_1m_at_start"]}
     results.update(sample=sample["pairs"], sample_summary=sample["summary"])
     if not args.skip_1m:
-        work = bench_root() / "work" / "small"
-        results["1m"] = pairs(ensure_stores("1m"), 1, work, "1m")
-        shutil.rmtree(work, ignore_errors=True)
+        results["1m"] = pairs(ensure_stores("1m"), 1, _work(), "1m")
+        shutil.rmtree(_work(), ignore_errors=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

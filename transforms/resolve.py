@@ -59,13 +59,14 @@ def resolved_transactions(half: DataFrame, named: DataFrame, small: bool = False
     half_offset``. ``small`` says ``half`` is small enough to broadcast, so that ``named``
     is not shuffled (only scanned).
     """
-    keys = TRANSACTION
     if small:
         # Broadcast the few records and stream `named` past them. Each record stands for
         # both offsets that resolve it (rules 1 and 2): one broadcast, not one per rule
         # (each is a Spark job). An offset named twice repeats a key.
         resolving = resolving_offsets().alias("_resolving")
-        copies = F.broadcast(half.select(*keys, resolving).filter(F.col("_resolving").isNotNull()))
+        copies = F.broadcast(
+            half.select(*TRANSACTION, resolving).filter(F.col("_resolving").isNotNull())
+        )
         # Renamed so that the join conditions name each side unambiguously (both sides may
         # come from the same cached records).
         naming = named.select(
@@ -78,14 +79,14 @@ def resolved_transactions(half: DataFrame, named: DataFrame, small: bool = False
             & (F.col("_named_queue") == F.col("queue_id"))
             & (F.col(HALF_OFFSET) == F.col("_resolving"))
         )
-        return naming.join(copies, same_offset).select(*keys)
+        return naming.join(copies, same_offset).select(*TRANSACTION)
     by_offset = named.withColumnRenamed(HALF_OFFSET, "queue_offset")
     by_prepared = named.withColumnRenamed(HALF_OFFSET, "prepared_queue_offset")
     rule_1 = half.join(by_offset, ["broker", "queue_id", "queue_offset"], how="left_semi")
     rule_2 = half.join(
         by_prepared, ["broker", "queue_id", "prepared_queue_offset"], how="left_semi"
     )
-    return rule_1.select(*keys).unionByName(rule_2.select(*keys))
+    return rule_1.select(*TRANSACTION).unionByName(rule_2.select(*TRANSACTION))
 
 
 def unresolved_half(half: DataFrame, resolved: DataFrame) -> DataFrame:
