@@ -17,7 +17,7 @@ from bench.report import (
     render_markdown,
     update_markdown,
 )
-from bench.stores import CQ_DTYPE, used_bytes, valid_entries
+from bench.stores import CQ_DTYPE, bench_root, used_bytes, valid_entries
 
 GIB = 1 << 30
 
@@ -217,3 +217,5 @@ def test_consume_queue_entries_padding_and_zero_tail() -> None:
 def test_committed_figures_hold_no_absolute_path_of_the_machine() -> None:
     text = f"collect at {REPO}/jobs/x.py:1; {REPO}/.venv/bin/python; {Path.home()}/.cache/b"
     assert portable(text) == "collect at jobs/x.py:1; .venv/bin/python; ~/.cache/b"
+    stores = f"{bench_root()}/stores/1m/broker-a"
+    assert portable(stores) == "$RMQ_BENCH_DIR/stores/1m/broker-a"
