@@ -21,6 +21,7 @@ reported in ``DecodeResult.bad`` with a reason.
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -68,6 +69,22 @@ def open_read_only(path: str | os.PathLike[str]) -> np.ndarray:
     if size == 0:
         return np.zeros(0, dtype=np.uint8)
     return np.memmap(path, dtype=np.uint8, mode="r")
+
+
+def release_pages(buf: np.ndarray, start: int, stop: int) -> None:
+    """Unmap the pages of ``buf[start:stop]`` (a file opened by ``open_read_only``) from this
+    process; the file and the page cache are untouched, and a later read of them maps them
+    again. A worker that follows a queue through a 1 GiB commit-log file otherwise keeps every
+    page it touched mapped until the file is done, which counts in its memory (at 16m, two
+    workers held 1.8 GiB of mapped commit log). A no-op for other arrays."""
+    mapped = getattr(buf, "_mmap", None)
+    if mapped is None or not hasattr(mapped, "madvise") or stop <= start:
+        return
+    page = mmap.PAGESIZE
+    begin = (max(start, 0) // page) * page
+    end = min(stop, len(mapped))
+    if end > begin:
+        mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
 # --- consume queue -------------------------------------------------------------------------------

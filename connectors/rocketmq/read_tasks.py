@@ -23,6 +23,11 @@ from connectors.rocketmq.read_plan import CommitLogFile, QueueUnit, ScanUnit, Un
 # per batch).
 CHUNK_RECORDS = 65_536
 CHUNK_BYTES = 64 << 20
+# ... and spans at most this much of the file: what a worker keeps mapped while it decodes a
+# chunk (``codec.release_pages`` unmaps it after). A queue's records are spread over the
+# commit log among other queues' (the op records of a 1 GiB file, a few thousand, mapped
+# 921 MiB of it as one chunk).
+CHUNK_SPAN = 128 << 20
 # The reason of a consume-queue entry whose commit-log place holds no record: the entry is
 # the bad record, and the place it names is in the text (a commit-log scan that meets the
 # same bytes reports them there: jobs.discards matches the two with NO_RECORD_PLACE).
@@ -33,16 +38,26 @@ NO_RECORD_PLACE = r"^consume-queue entry points at no record in (\S+) at positio
 
 
 def _chunks(positions: np.ndarray, sizes: np.ndarray) -> Iterator[slice]:
-    """Slices of at most CHUNK_RECORDS records and about CHUNK_BYTES stored bytes."""
+    """Slices of at most CHUNK_RECORDS records, about CHUNK_BYTES stored bytes and about
+    CHUNK_SPAN bytes of the file (positions in file order; an out-of-order one counts
+    from the furthest seen)."""
     n = len(positions)
     ends = np.cumsum(np.maximum(sizes, 0))
+    furthest = np.maximum.accumulate(positions) if n else positions
     i = 0
     while i < n:
         before = int(ends[i - 1]) if i else 0
         j = int(np.searchsorted(ends, before + CHUNK_BYTES, side="right"))
-        j = min(max(j, i + 1), i + CHUNK_RECORDS, n)
+        k = int(np.searchsorted(furthest, int(positions[i]) + CHUNK_SPAN, side="left"))
+        j = min(max(min(j, k), i + 1), i + CHUNK_RECORDS, n)
         yield slice(i, j)
         i = j
+
+
+def _release_chunk(buf: np.ndarray, at: np.ndarray, sizes: np.ndarray) -> None:
+    """Once a chunk's batches are sent, its pages are unmapped (``codec.release_pages``)."""
+    if len(at):
+        codec.release_pages(buf, int(at.min()), int((at + np.maximum(sizes, 0)).max()))
 
 
 # --- a consume-queue range: entries followed into the commit log ------------------------------------
@@ -229,6 +244,7 @@ def _follow_into_file(
             table = _matching_records(entries, table, sel[result.index], (at, result.index), log)
         yield from out.records(table, log.name)
         yield from out.flush_bad()
+        _release_chunk(buf, positions[part], entries.size[members[part]])
 
 
 def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
@@ -312,6 +328,8 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
             f"{walk.error}; rest of the file skipped",
             codec.raw_hex(buf, walk.stop),
         )
+    # The walk touched a header in every page; the chunks map back only what they decode.
+    codec.release_pages(buf, 0, len(buf))
     positions = walk.positions
     sizes = np.zeros(len(positions), dtype=np.int64)
     if len(positions):
@@ -319,6 +337,7 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
         sizes[-1] = walk.stop - positions[-1]
     for part in _chunks(positions, sizes):
         yield from _scan_chunk(unit, buf, positions[part], options, out)
+        _release_chunk(buf, positions[part], sizes[part])
     yield from out.flush_bad()
 
 

@@ -32,6 +32,9 @@ from connectors.rocketmq.combined import (
     COMBINED_ARROW,
     COMMITS_COMBINED_ARROW,
     LEAN_COMBINED_ARROW,
+    SAME_AS_UNIQ_KEY,
+    TRANSACTION_ID,
+    UNIQ_KEY,
     ReadOptions,
 )
 from connectors.rocketmq.offsets_file import committed_rows, load_store_offsets
@@ -159,6 +162,13 @@ def offset_unique_flag(units: Sequence[Unit]) -> Column:
     return F.coalesce(flag, F.lit(False))
 
 
+def restored_transaction_id() -> Column:
+    """The lean records' transaction id as decoded: UNIQ_KEY where the batches carry
+    ``SAME_AS_UNIQ_KEY`` (``combined.shared_transaction_ids``)."""
+    same = F.col(TRANSACTION_ID) == F.lit(SAME_AS_UNIQ_KEY)
+    return F.when(same, F.col(UNIQ_KEY)).otherwise(F.col(TRANSACTION_ID)).alias(TRANSACTION_ID)
+
+
 def read_batches(
     stores: Sequence[StoreSpec],
     *,
@@ -272,7 +282,11 @@ def read_stores(
     # The lean records are the round's input contract: what it reads, and whether each
     # record's queue offset can repeat (``transforms.round_stages.OFFSET_UNIQUE``).
     flag = [offset_unique_flag(plan.units).alias(OFFSET_UNIQUE)] if lean else []
-    messages = combined.where(F.col("reason").isNull()).select(*message_schema.fieldNames(), *flag)
+    columns = [
+        restored_transaction_id() if name == TRANSACTION_ID else F.col(name)
+        for name in message_schema.fieldNames()
+    ]
+    messages = combined.where(F.col("reason").isNull()).select(*columns, *flag)
     bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
     committed_offsets = spark.createDataFrame(plan.committed, COMMITTED_OFFSET)
     return StoreRead(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import lz4.frame
 import numpy as np
@@ -467,3 +468,44 @@ def test_mutated_real_records_never_raise(data):
     walk = codec.walk_records(buf)
     result = codec.decode_records(buf, walk.positions, verify_crc=True, body_topics=None)
     assert len(result.index) + len(result.bad) == len(walk.positions)
+
+
+def test_released_pages_read_back_as_the_file() -> None:
+    """``release_pages`` unmaps pages a worker is done with; a later read maps the file's
+    bytes again (never zeros, never a fault), and an array that maps no file is left alone."""
+    buf, data = _fixture()
+    before = buf.tobytes()
+
+    codec.release_pages(buf, 0, len(buf))
+    codec.release_pages(buf, 5, 4097)  # not page-aligned: the page holding 5 goes too
+    codec.release_pages(buf, 10, 3)  # an empty range
+    plain = np.frombuffer(data, dtype=np.uint8)
+    codec.release_pages(plain, 0, len(plain))
+
+    assert before == data
+    assert buf.tobytes() == data
+    assert plain.tobytes() == data
+
+
+def _resident_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header
+            inside = len(fields) >= 6 and fields[5] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
+def test_released_pages_leave_the_process() -> None:
+    buf, _ = _fixture()
+    assert int(buf.sum()) > 0  # touches every page
+    touched = _resident_kib(FIXTURE.resolve())
+
+    codec.release_pages(buf, 0, len(buf))
+
+    assert touched > 0
+    assert _resident_kib(FIXTURE.resolve()) == 0

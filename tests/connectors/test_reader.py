@@ -17,8 +17,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from connectors.errors import InputError
+from connectors.rocketmq.combined import SAME_AS_UNIQ_KEY, TRANSACTION_ID
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
@@ -28,7 +30,13 @@ from connectors.rocketmq.reader import (
     read_stores,
     validate_store,
 )
-from schemas.messages import COMMITTED_OFFSET, SOURCED_MESSAGE
+from schemas.messages import (
+    COMMITTED_OFFSET,
+    PROP_TRANSACTION_ID,
+    PROP_UNIQ_KEY,
+    PROPERTY_COLUMNS,
+    SOURCED_MESSAGE,
+)
 from schemas.outputs import BAD_RECORD
 from simulator import encoding
 from simulator.writer import StoreWriter
@@ -475,3 +483,35 @@ def test_empty_store_reads_nothing(spark, tmp_path):
         and read.committed_offsets.count() == 0
     )
     read.unpersist()
+
+
+def test_lean_records_carry_each_property_as_the_full_read_decodes_it(spark, tmp_path):
+    """The lean read's property columns are the full read's map values, the transaction id
+    included: the cache carries it as SAME_AS_UNIQ_KEY where a producer set it to UNIQ_KEY
+    (most records), and the reader gives UNIQ_KEY back."""
+    rows = reference.txn_rows(40, other_every=0)
+    for i, row in enumerate(rows):
+        props = row["properties"]
+        if i % 4 == 0:
+            props[PROP_TRANSACTION_ID] = props[PROP_UNIQ_KEY]
+        elif i % 4 == 1:
+            props[PROP_TRANSACTION_ID] = f"other-{i}"
+        elif i % 4 == 2:
+            props.pop(PROP_UNIQ_KEY)
+            props[PROP_TRANSACTION_ID] = f"lone-{i}"
+    _write(tmp_path / "s", rows, commitlog_file_size=4096, cq_file_entries=8)
+    spec = [StoreSpec("b", tmp_path / "s")]
+    full, lean = read_stores(spark, spec), read_stores(spark, spec, lean=True)
+    try:
+        by_key = {(r["topic"], r["queue_offset"]): r["properties"] for r in full.messages.collect()}
+        got = lean.messages.collect()
+        shared = lean.combined.filter(F.col(TRANSACTION_ID) == SAME_AS_UNIQ_KEY).count()
+    finally:
+        full.unpersist()
+        lean.unpersist()
+    assert len(got) == len(by_key) == 40
+    for record in got:
+        props = by_key[(record["topic"], record["queue_offset"])]
+        for name, column in PROPERTY_COLUMNS.items():
+            assert record[column] == props.get(name), (name, record)
+    assert shared == 10  # the records whose transaction id is their UNIQ_KEY

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 
+from connectors.rocketmq import read_tasks
 from connectors.rocketmq.read_plan import written_entries
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
@@ -156,3 +158,28 @@ def test_commits_only_decodes_the_committed_messages_and_nothing_else(tmp_path: 
     assert list(commits[0]) == [*COMMIT_MESSAGE.fieldNames(), "reason", "raw_hex"]
     full = [r for r in everything if r["sys_flag"] & 0xC == 0x8]
     assert commits == [{name: r[name] for name in commits[0]} for r in full]
+
+
+def test_chunks_bounded_by_file_span_read_the_same_records(tmp_path: Path, monkeypatch) -> None:
+    """A worker maps at most CHUNK_SPAN of a commit-log file at a time: chunks cut by the span
+    of the file they cover (a queue's records lie among other queues') give the same records
+    and bad records as one chunk per file, in more batches, through a consume queue and
+    through a commit-log scan alike."""
+    root = _store(tmp_path / "s")
+    units, _ = plan_store(StoreSpec("b", root))
+    shutil.copytree(root, tmp_path / "scan")
+    shutil.rmtree(tmp_path / "scan" / "consumequeue")
+    scans, _ = plan_store(StoreSpec("b", tmp_path / "scan"))
+    assert any(isinstance(u, QueueUnit) for u in units)
+    assert scans and not any(isinstance(u, QueueUnit) for u in scans)
+
+    def batches(units) -> int:
+        return sum(1 for unit in units for _ in run_unit(unit, ReadOptions()))
+
+    whole = (_read(units), _read(scans), batches(units), batches(scans))
+    monkeypatch.setattr(read_tasks, "CHUNK_SPAN", 600)  # a few records of the 8 KiB files
+    cut = (_read(units), _read(scans), batches(units), batches(scans))
+
+    assert cut[:2] == whole[:2]
+    assert len(cut[0]) == len(whole[0]) > 0
+    assert cut[2] > whole[2] and cut[3] > whole[3]
