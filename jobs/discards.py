@@ -287,14 +287,14 @@ def build_discard_history(
     else:
         # The discarded transactions' half records are cached: the history's rules and the
         # findings below read them, and each read of them is a scan of every half record.
-        # A discarded transaction has about check_max + 2 half records before T (its
-        # original, its check copies, an immunity copy): that many rows per discard decide
-        # whether the discard side of the joins with every half record, op item and commit
-        # is broadcast.
-        linked_rows = discarded * (params.check_max + 2)
-        small = linked_rows <= materializer.broadcast_rows
+        # The discard records are broadcast against every half record when they fit the
+        # round's bound; a discarded transaction has about check_max + 2 half records
+        # before T (its original, its check copies, an immunity copy), and that many rows
+        # per discard decide whether they are broadcast against every op item and commit.
+        few = discarded <= materializer.broadcast_rows
+        small = discarded * (params.check_max + 2) <= materializer.broadcast_rows
         evidence = evidence_from(
-            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep, small
+            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep, small, few
         )
         history = discard_history(evidence, params)
         unchecked = discarded_without_check(discarded_unchecked(evidence))

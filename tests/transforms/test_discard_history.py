@@ -14,7 +14,13 @@ from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half, op, params
 from transforms.anomalies import RoundEvidence, discarded_without_check
-from transforms.discard_history import discard_history, discarded_unchecked, evidence_from
+from transforms.discard_history import (
+    DISCARD_KEY,
+    commit_times,
+    discard_history,
+    discarded_unchecked,
+    evidence_from,
+)
 from transforms.messages import is_half, is_op, with_half_fields
 from transforms.ops import explode_op_items
 
@@ -113,7 +119,7 @@ def _scenario() -> dict[str, list[dict[str, Any]]]:
     return {"records": halves + ops, "discards": discards, "commits": commits}
 
 
-def _history(spark: SparkSession, small: bool = False) -> DataFrame:
+def _history(spark: SparkSession, small: bool = False, few: bool = False) -> DataFrame:
     case = _scenario()
     # K7's resumed copy (stored after the discard) is pending; K8's pending record is the
     # discarded copy itself (stored before the discard: a committed offset that stalled).
@@ -130,6 +136,7 @@ def _history(spark: SparkSession, small: bool = False) -> DataFrame:
         readable,
         T,
         small=small,
+        few=few,
     )
     return discard_history(evidence, params())
 
@@ -148,9 +155,15 @@ def _resume(offset: int) -> tuple[bool, str, str]:
 FUTILE = (True, None, None)
 
 
-@pytest.mark.parametrize("small", [False, True], ids=["merge-joined", "broadcast"])
-def test_reason_and_outcome_of_each_hand_built_discard(spark: SparkSession, small: bool) -> None:
-    out = _history(spark, small)
+@pytest.mark.parametrize(
+    ("small", "few"),
+    [(False, False), (False, True), (True, True)],
+    ids=["merge-joined", "discards-broadcast", "broadcast"],
+)
+def test_reason_and_outcome_of_each_hand_built_discard(
+    spark: SparkSession, small: bool, few: bool
+) -> None:
+    out = _history(spark, small, few)
     expected = [
         ("b", 0, "K0", "check_max", "unresolved", False, *_resume(0)),
         ("b", 1, "K1", "expired", "unresolved", False, *FUTILE),
@@ -315,3 +328,37 @@ def test_unknown_wins_over_pending_again_and_pending_again_over_committed(
         ("c", 60, "unknown"),
         ("e", 62, "pending_again"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("small", "few", "halves_join", "commits_join"),
+    [
+        (False, False, "SortMergeJoin", "SortMergeJoin"),
+        (False, True, "BroadcastHashJoin", "SortMergeJoin"),
+        (True, True, "BroadcastHashJoin", "BroadcastHashJoin"),
+    ],
+)
+def test_the_job_chooses_each_join_of_the_discard_side(
+    spark: SparkSession, small: bool, few: bool, halves_join: str, commits_join: str
+) -> None:
+    """The discard rows are broadcast against every half record when ``few``, their half
+    records against every commit when ``small``; never Spark's estimate, which takes a
+    store read for a few bytes."""
+    case = _scenario()
+    evidence = evidence_from(
+        _round(spark, case["records"]),
+        frame(spark, case["discards"]),
+        spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG"),
+        frame(spark, case["commits"]),
+        [],
+        T,
+        small=small,
+        few=few,
+    )
+
+    def joins(df: DataFrame) -> str:
+        return df._jdf.queryExecution().sparkPlan().toString()
+
+    assert halves_join in joins(evidence.linked)
+    facts = commit_times(evidence.linked, evidence.commits, T, evidence.small).rows
+    assert commits_join in joins(facts.join(evidence.rows, on=DISCARD_KEY, how="left"))
