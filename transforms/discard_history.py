@@ -116,9 +116,9 @@ def evidence_from(
     job read beside them. ``keep`` materialises the discarded transactions' half records,
     which every rule reads (the job caches them; by default they stay lazy); ``small``:
     see ``DiscardEvidence``; ``few``: the discard rows themselves are few enough to
-    broadcast against every half record (true whenever ``small`` is: a discard has at
-    least one half record, and at 16m 231 678 discards were few while their 3.9 M half
-    records were not). Every answer gives the same rows."""
+    broadcast against every half record (implied by ``small``; at 16m 231 678 discard
+    rows were few while their 3.9 M half records were not). Every answer gives the same
+    rows."""
     rows = discard_rows(discards, as_of_ms)
     return DiscardEvidence(
         as_of_ms=as_of_ms,
