@@ -205,8 +205,8 @@ def _follow_into_file(
             entries.bad(k, f"cannot read {log.name}: {exc}")
         yield from out.flush_bad()
         return
-    positions = entries.phys[members] - log.start
-    for part in _chunks(positions, entries.size[members]):
+    positions, sizes = entries.phys[members] - log.start, entries.size[members]
+    for part in _chunks(positions, sizes):
         sel, at = members[part], positions[part]
         layout = codec.record_layout(buf, at, log.start)
         if options.commits_only:
@@ -244,7 +244,7 @@ def _follow_into_file(
             table = _matching_records(entries, table, sel[result.index], (at, result.index), log)
         yield from out.records(table, log.name)
         yield from out.flush_bad()
-        _release_chunk(buf, positions[part], entries.size[members[part]])
+        _release_chunk(buf, positions[part], sizes[part])
 
 
 def run_queue_unit(unit: QueueUnit, options: ReadOptions) -> Iterator[pa.RecordBatch]:

@@ -16,6 +16,7 @@ from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half
 from transforms.anomalies import RoundEvidence, discarded_without_check
 from transforms.discard_history import (
     DISCARD_KEY,
+    DiscardEvidence,
     commit_times,
     discard_history,
     discarded_unchecked,
@@ -119,7 +120,8 @@ def _scenario() -> dict[str, list[dict[str, Any]]]:
     return {"records": halves + ops, "discards": discards, "commits": commits}
 
 
-def _history(spark: SparkSession, small: bool = False, few: bool = False) -> DataFrame:
+def _evidence(spark: SparkSession, small: bool = False, few: bool = False) -> DiscardEvidence:
+    """The worked case's evidence, its joins chosen by ``small`` and ``few``."""
     case = _scenario()
     # K7's resumed copy (stored after the discard) is pending; K8's pending record is the
     # discarded copy itself (stored before the discard: a committed offset that stalled).
@@ -128,7 +130,7 @@ def _history(spark: SparkSession, small: bool = False, few: bool = False) -> Dat
         "broker STRING, uniq_key STRING, store_timestamp_ms LONG",
     )
     readable = [(BROKER, "ORDERS", 0), ("c", "ORDERS", 0)]
-    evidence = evidence_from(
+    return evidence_from(
         _round(spark, case["records"]),
         frame(spark, case["discards"]),
         pending,
@@ -138,7 +140,10 @@ def _history(spark: SparkSession, small: bool = False, few: bool = False) -> Dat
         small=small,
         few=few,
     )
-    return discard_history(evidence, params())
+
+
+def _history(spark: SparkSession, small: bool = False, few: bool = False) -> DataFrame:
+    return discard_history(_evidence(spark, small, few), params())
 
 
 RULES = (
@@ -344,17 +349,7 @@ def test_the_job_chooses_each_join_of_the_discard_side(
     """The discard rows are broadcast against every half record when ``few``, their half
     records against every commit when ``small``; never Spark's estimate, which takes a
     store read for a few bytes."""
-    case = _scenario()
-    evidence = evidence_from(
-        _round(spark, case["records"]),
-        frame(spark, case["discards"]),
-        spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG"),
-        frame(spark, case["commits"]),
-        [],
-        T,
-        small=small,
-        few=few,
-    )
+    evidence = _evidence(spark, small, few)
 
     def joins(df: DataFrame) -> str:
         return df._jdf.queryExecution().sparkPlan().toString()
