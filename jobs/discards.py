@@ -13,14 +13,16 @@ transaction ``ended`` rather than ``committed``/``rolled_back`` (docs/decisions.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from connectors.rocketmq.offset_filter import OffsetFilter, filter_batches
 from connectors.rocketmq.read_tasks import NO_RECORD_PLACE
 from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_discard_segments
@@ -33,6 +35,7 @@ from transforms.bad_records import duplicate_records, unparsable_properties
 from transforms.discard_history import (
     OUTCOMES,
     UNRESOLVED,
+    DiscardEvidence,
     discard_history,
     discard_history_counts,
     discarded_unchecked,
@@ -51,6 +54,10 @@ if TYPE_CHECKING:
 _TOPIC_NAME = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
 # Where a bad record is: the same broken record found by two reads is one bad record.
 _BAD_PLACE = ["broker", "source", "position"]
+# ``commit_filters``' rows (``offset_filter.FILTER_SCHEMA``).
+_FILTER_ROWS = T.StructType(
+    [T.StructField("broker", T.StringType()), T.StructField("bits", T.BinaryType())]
+)
 EXPORT_NOTE = (
     "exports hold no real topic: a transaction ended by an op shows as ended, never as"
     " committed or rolled_back"
@@ -200,11 +207,13 @@ def read_real_queues(
     stores: Sequence[str],
     queues: Sequence[tuple[str, str, int]],
     config: JobConfig,
+    filters: Mapping[str, OffsetFilter] | None = None,
 ) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
     """(records, bad records, release) of exactly ``queues``, through their consume queues:
     their committed transactional messages only, as ``COMMIT_MESSAGE`` (``commit_times``
     reads nothing else, and a business queue holds far more other messages than commits
-    of discarded ones)."""
+    of discarded ones); with ``filters`` (``commit_filters``), only the commits that may
+    name a discarded transaction's half record."""
     if not queues:
         commits = spark.createDataFrame([], COMMIT_MESSAGE)
         return commits, spark.createDataFrame([], BAD_RECORD), lambda: None
@@ -218,8 +227,22 @@ def read_real_queues(
         topics=topics,
         only_queues=frozenset(queues),
         commits_only=True,
+        commit_filters=filters,
     )
     return read.messages, read.bad_records, read.unpersist
+
+
+def commit_filters(linked: DataFrame) -> dict[str, OffsetFilter]:
+    """Per broker, a filter of the commit-log offsets of the discarded transactions' half
+    records (``DiscardEvidence.linked``): the business-queue read then decodes only the
+    commits that may name one (14 M commits read for 231 678 discard records at 16m).
+    Built in one task, which sizes each filter from its count; one row per broker reaches
+    the driver."""
+    offsets = linked.select("broker", F.col("half_commitlog_offset").alias("offset"))
+    rows = (
+        offsets.repartition(1).mapInArrow(filter_batches, _FILTER_ROWS).collect()
+    )  # one row per broker
+    return {row["broker"]: OffsetFilter(bytes(row["bits"])) for row in rows}
 
 
 def _read_discards(spark: SparkSession, request: JobRequest, config: JobConfig) -> DiscardRead:
@@ -255,6 +278,47 @@ def _not_reported(bad: DataFrame, state: RoundState) -> DataFrame:
     return bad.join(reported, on=_BAD_PLACE, how="left_anti")
 
 
+def _evidence_with_commits(
+    spark: SparkSession,
+    request: JobRequest,
+    config: JobConfig,
+    state: RoundState,
+    usable: DataFrame,
+    queues: Sequence[tuple[str, str, int]],
+    discarded: int,
+    materializer: SparkMaterializer,
+) -> tuple[DiscardEvidence, DataFrame, Callable[[], None]]:
+    """(the evidence, the real queues' bad records, their release) of ``discarded`` discard
+    records (``usable``) whose real queues ``queues`` can be read."""
+    params = state.params
+    assert state.evidence is not None  # checked by the caller
+    # The discarded transactions' half records are cached: the history's rules and the
+    # findings read them, and each read of them is a scan of every half record. The
+    # discard records are broadcast against every half record when they fit the round's
+    # bound; a discarded transaction has about check_max + 2 half records before T (its
+    # original, its check copies, an immunity copy), and that many rows per discard
+    # decide whether they are broadcast against every op item and commit.
+    few = discarded <= materializer.broadcast_rows
+    small = discarded * (params.check_max + 2) <= materializer.broadcast_rows
+    no_commits = spark.createDataFrame([], COMMIT_MESSAGE)
+    evidence = evidence_from(
+        state.evidence,
+        usable,
+        state.pending,
+        no_commits,
+        queues,
+        params.as_of_ms,
+        materializer.kept,
+        small,
+        few,
+    )
+    # The real queues are read once the discarded transactions' half records are known:
+    # their commit-log offsets say which commits are worth decoding.
+    filters = commit_filters(evidence.linked) if queues else {}
+    commits, real_bad, release = read_real_queues(spark, request.stores, queues, config, filters)
+    return replace(evidence, commits=commits), real_bad, release
+
+
 def build_discard_history(
     spark: SparkSession,
     request: JobRequest,
@@ -265,7 +329,7 @@ def build_discard_history(
     its half, op and op-item records, pending rows and bad records), and decide every
     discard record's row. The rows and bad records are cached: the writer and the summary
     both read them."""
-    params, pending = state.params, state.pending
+    params = state.params
     if state.evidence is None:
         raise ValueError("the discard history reads the round's records: this round kept none")
     # The job's one way of caching a small frame several readers share (released below).
@@ -278,23 +342,15 @@ def build_discard_history(
     named, discarded = counted_real_queues(usable, params.as_of_ms)
     named = named if request.stores else []
     queues = readable_queues(request.stores, named)
-    commits, real_bad, release_real = read_real_queues(spark, request.stores, queues, config)
     if not discarded:
         # Nothing discarded (the usual case): the evidence joins would read the round's
-        # records for nothing.
+        # records for nothing, and no discard record names a real queue.
         history = spark.createDataFrame([], DISCARD_HISTORY)
         unchecked = spark.createDataFrame([], ANOMALY)
+        real_bad, release_real = spark.createDataFrame([], BAD_RECORD), lambda: None
     else:
-        # The discarded transactions' half records are cached: the history's rules and the
-        # findings below read them, and each read of them is a scan of every half record.
-        # The discard records are broadcast against every half record when they fit the
-        # round's bound; a discarded transaction has about check_max + 2 half records
-        # before T (its original, its check copies, an immunity copy), and that many rows
-        # per discard decide whether they are broadcast against every op item and commit.
-        few = discarded <= materializer.broadcast_rows
-        small = discarded * (params.check_max + 2) <= materializer.broadcast_rows
-        evidence = evidence_from(
-            state.evidence, usable, pending, commits, queues, params.as_of_ms, keep, small, few
+        evidence, real_bad, release_real = _evidence_with_commits(
+            spark, request, config, state, usable, queues, discarded, materializer
         )
         history = discard_history(evidence, params)
         unchecked = discarded_without_check(discarded_unchecked(evidence))

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.rocketmq import codec
+from connectors.rocketmq.offset_filter import OffsetFilter
 from schemas.messages import (
     OP_TOPIC,
     PROP_TRANSACTION_ID,
@@ -71,6 +72,20 @@ class ReadOptions:
     # broken records), into COMMIT_MESSAGE's columns (no property, body or host: ``lean``
     # does not apply); the discard history reads real queues for their commits alone.
     commits_only: bool = False
+    # With ``commits_only``, per broker: only the commits whose prepared-transaction offset
+    # the broker's filter may hold are decoded (None: every commit). A broker without a
+    # filter has no commit wanted.
+    commit_filters: tuple[tuple[str, OffsetFilter], ...] | None = None
+
+    def wanted_commits(self, broker: str, prepared: np.ndarray) -> np.ndarray:
+        """A boolean per commit of ``broker``: its prepared-transaction offset may be
+        wanted (``commit_filters``)."""
+        if self.commit_filters is None:
+            return np.ones(len(prepared), dtype=bool)
+        found = dict(self.commit_filters).get(broker)
+        if found is None:
+            return np.zeros(len(prepared), dtype=bool)
+        return found.might_contain(prepared)
 
     @property
     def property_columns(self) -> dict[str, str] | None:

@@ -210,12 +210,13 @@ def _follow_into_file(
         sel, at = members[part], positions[part]
         layout = codec.record_layout(buf, at, log.start)
         if options.commits_only:
-            # The fixed fields say which records are commits; the others are not decoded
+            # The fixed fields say which records are commits, and which of those may be
+            # wanted (their prepared-transaction offset); the others are not decoded
             # further (a broken record is still decoded, to be reported).
             tx = layout.sys_flag & codec.TRANSACTION_MASK
-            wanted = np.flatnonzero(
-                (layout.status != codec.OK) | (tx == codec.TRANSACTION_COMMIT_TYPE)
-            )
+            commit = tx == codec.TRANSACTION_COMMIT_TYPE
+            commit[commit] = options.wanted_commits(entries.unit.broker, layout.prepared[commit])
+            wanted = np.flatnonzero((layout.status != codec.OK) | commit)
             sel, at, layout = sel[wanted], at[wanted], layout.subset(wanted)
         result = codec.decode_records(
             buf,

@@ -18,7 +18,7 @@ place.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +37,7 @@ from connectors.rocketmq.combined import (
     UNIQ_KEY,
     ReadOptions,
 )
+from connectors.rocketmq.offset_filter import OffsetFilter
 from connectors.rocketmq.offsets_file import committed_rows, load_store_offsets
 from connectors.rocketmq.read_plan import (
     MIN_TASK_ENTRIES,
@@ -253,6 +254,7 @@ def read_stores(
     lean: bool = False,
     only_queues: frozenset[tuple[str, str, int]] | None = None,
     commits_only: bool = False,
+    commit_filters: Mapping[str, OffsetFilter] | None = None,
 ) -> StoreRead:
     """Read the half and op queues (or ``topics``) of every store; see the module doc.
 
@@ -262,7 +264,9 @@ def read_stores(
     consume queues (``only_these_queues``). ``commits_only``: of the records the consume
     queues point at, only committed transactional messages (and broken records, reported)
     are decoded, into ``COMMIT_MESSAGE`` (``lean`` does not apply); the others are read no
-    further than their fixed fields.
+    further than their fixed fields. ``commit_filters`` (with ``commits_only``): per
+    broker, the prepared-transaction offsets wanted (``offset_filter``); a commit the
+    filter rules out is not decoded, nor is any commit of a broker without one.
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
@@ -274,6 +278,7 @@ def read_stores(
         body_topics=None if include_half_body else (OP_TOPIC,),
         lean=lean,
         commits_only=commits_only,
+        commit_filters=None if commit_filters is None else tuple(sorted(commit_filters.items())),
     )
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
     combined_schema, message_schema = _schemas(options)

@@ -10,9 +10,11 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from connectors.rocketmq import read_tasks
+from connectors.rocketmq.offset_filter import OffsetFilter
 from connectors.rocketmq.read_plan import written_entries
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
@@ -158,6 +160,44 @@ def test_commits_only_decodes_the_committed_messages_and_nothing_else(tmp_path: 
     assert list(commits[0]) == [*COMMIT_MESSAGE.fieldNames(), "reason", "raw_hex"]
     full = [r for r in everything if r["sys_flag"] & 0xC == 0x8]
     assert commits == [{name: r[name] for name in commits[0]} for r in full]
+
+
+def test_commit_filters_decode_the_commits_they_may_hold(tmp_path: Path) -> None:
+    """With ``commit_filters``, a broker's commits are decoded when its filter may hold their
+    prepared-transaction offset: every wanted one, and of the others exactly those the
+    filter lets through; a broker without a filter has none decoded, and a broken record
+    is reported whatever the filter."""
+    rows = reference.txn_rows(40, compress_every=0)
+    for i, row in enumerate(rows):
+        row.update(
+            topic="TopicTest", queue_id=0, sys_flag=0x8, prepared_transaction_offset=4096 * i
+        )
+    root = tmp_path / "s"
+    with StoreWriter(root, commitlog_file_size=8192, cq_file_entries=100) as writer:
+        writer.append(reference.messages_table(rows))
+    units, _ = plan_store(StoreSpec("b", root), topics=("TopicTest",))
+
+    def read(filters) -> list[dict]:
+        options = ReadOptions(commits_only=True, commit_filters=filters)
+        batches = [b for unit in units for b in run_unit(unit, options)]
+        return pa.Table.from_batches(batches, schema=options.arrow_schema).to_pylist()
+
+    every = sorted(r["prepared_transaction_offset"] for r in read(None))
+    wanted = np.array([4096 * i for i in (3, 17, 30)], dtype=np.int64)
+    found = OffsetFilter.of(wanted)
+    through = [p for p in every if found.might_contain(np.array([p]))[0]]
+
+    assert every == [4096 * i for i in range(40)]
+    assert sorted(r["prepared_transaction_offset"] for r in read((("b", found),))) == through
+    assert set(wanted.tolist()) <= set(through) and len(through) < len(every)
+    assert read((("other", found),)) == []
+
+    # A broken record (its size field cut) is still decoded and reported.
+    log = next((root / "commitlog").iterdir())
+    with open(log, "r+b") as f:
+        f.write((7).to_bytes(4, "big"))  # the first record's TOTALSIZE
+    broken = read((("other", found),))
+    assert len(broken) == 1 and broken[0]["reason"] is not None
 
 
 def test_chunks_bounded_by_file_span_read_the_same_records(tmp_path: Path, monkeypatch) -> None:
