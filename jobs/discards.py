@@ -207,12 +207,12 @@ def read_real_queues(
     stores: Sequence[str],
     queues: Sequence[tuple[str, str, int]],
     config: JobConfig,
-    filters: Mapping[str, OffsetFilter] | None = None,
+    filters: Mapping[str, OffsetFilter],
 ) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
     """(records, bad records, release) of exactly ``queues``, through their consume queues:
     their committed transactional messages only, as ``COMMIT_MESSAGE`` (``commit_times``
     reads nothing else, and a business queue holds far more other messages than commits
-    of discarded ones); with ``filters`` (``commit_filters``), only the commits that may
+    of discarded ones), and of those only the ones ``filters`` (``commit_filters``) say may
     name a discarded transaction's half record."""
     if not queues:
         commits = spark.createDataFrame([], COMMIT_MESSAGE)
@@ -239,9 +239,8 @@ def commit_filters(linked: DataFrame) -> dict[str, OffsetFilter]:
     Built in one task, which sizes each filter from its count; one row per broker reaches
     the driver."""
     offsets = linked.select("broker", F.col("half_commitlog_offset").alias("offset"))
-    rows = (
-        offsets.repartition(1).mapInArrow(filter_batches, _FILTER_ROWS).collect()
-    )  # one row per broker
+    filters = offsets.repartition(1).mapInArrow(filter_batches, _FILTER_ROWS)
+    rows = filters.collect()  # one row per broker: its filter, never its offsets
     return {row["broker"]: OffsetFilter(bytes(row["bits"])) for row in rows}
 
 
