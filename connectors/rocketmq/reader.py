@@ -50,6 +50,7 @@ from connectors.rocketmq.read_plan import (
     ScanUnit,
     StoreSpec,
     Unit,
+    in_log_order,
     list_commitlog,
     pack_tasks,
     parse_store_arg,
@@ -97,6 +98,7 @@ __all__ = [
     "StoreRead",
     "StoreSpec",
     "Unit",
+    "in_log_order",
     "list_commitlog",
     "offset_unique_flag",
     "pack_tasks",
@@ -272,7 +274,8 @@ def read_stores(
     the same broker name, or a malformed ``config/consumerOffset.json``."""
     plan = _plan_stores(stores, tuple(topics), only_queues)
     size = task_size(plan.units, spark.sparkContext.defaultParallelism)
-    tasks = pack_tasks(split_units(plan.units, size), size)
+    # In commit-log order: the queues' records lie among each other's over the whole log.
+    tasks = pack_tasks(in_log_order(split_units(plan.units, size)), size)
     options = ReadOptions(
         verify_crc=verify_crc,
         body_topics=None if include_half_body else (OP_TOPIC,),

@@ -4,6 +4,7 @@ executor in another working directory can open."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from connectors.rocketmq import read_tasks
+from connectors.rocketmq import codec, read_tasks
 from connectors.rocketmq.offset_filter import OffsetFilter
 from connectors.rocketmq.read_plan import written_entries
 from connectors.rocketmq.reader import (
@@ -24,6 +25,7 @@ from connectors.rocketmq.reader import (
     QueueUnit,
     ReadOptions,
     StoreSpec,
+    in_log_order,
     pack_tasks,
     plan_store,
     run_unit,
@@ -57,6 +59,69 @@ def test_cut_ranges_read_the_same_records(tmp_path: Path) -> None:
     assert all(p.weight <= 7 for p in pieces if isinstance(p, QueueUnit))
     assert sum(p.weight for p in pieces) == sum(u.weight for u in units)
     assert _read(pieces) == _read(units)
+
+
+def _business_store(root: Path) -> Path:
+    """Six business queues whose messages alternate, over commit-log files of 8 KiB."""
+    rows = reference.txn_rows(120, compress_every=0)
+    for i, row in enumerate(rows):
+        row.update(topic=f"Topic{i % 3}", queue_id=i % 2, sys_flag=0)
+    with StoreWriter(root, commitlog_file_size=8192, cq_file_entries=30) as writer:
+        writer.append(reference.messages_table(rows))
+    return root
+
+
+def _entries(units) -> Counter:
+    return Counter((u.cq_name, e) for u in units for e in range(u.entry_begin, u.entry_end))
+
+
+def _entry_offset(unit: QueueUnit, entry: int) -> int:
+    raw = (Path(unit.root) / unit.cq_name).read_bytes()
+    return int(codec.decode_cq_entries(raw)[0][entry])
+
+
+def test_log_order_cuts_ranges_at_commit_log_files_and_orders_them(tmp_path: Path) -> None:
+    """``in_log_order`` cuts each consume-queue range where its entries cross into the next
+    commit-log file and orders the pieces by the commit-log place of their first entry: the
+    same entries, each once, and the same records; each piece inside one commit-log file."""
+    root = _business_store(tmp_path / "s")
+    topics = ("Topic0", "Topic1", "Topic2")
+    units = split_units(plan_store(StoreSpec("b", root), topics=topics)[0], TASK_ENTRIES)
+    files = units[0].commitlog
+
+    pieces = in_log_order(units)
+    firsts = [_entry_offset(p, p.entry_begin) for p in pieces]
+    lasts = [_entry_offset(p, p.entry_end - 1) for p in pieces]
+
+    assert len(files) >= 3 and len({(u.topic, u.queue_id) for u in units}) == 6
+    assert len(pieces) > len(units)
+    assert _entries(pieces) == _entries(units)
+    assert firsts == sorted(firsts)
+    starts = [f.start for f in files]
+    assert all(
+        bisect.bisect_right(starts, a) == bisect.bisect_right(starts, b)
+        for a, b in zip(firsts, lasts, strict=True)
+    )
+    assert _read(pieces) == _read(units)
+
+
+def test_log_order_keeps_every_entry_of_a_damaged_or_missing_consume_queue(
+    tmp_path: Path,
+) -> None:
+    """Entries out of order (a damaged consume queue) and a file gone since planning only
+    spoil the order: every entry is still in exactly one piece."""
+    root = _business_store(tmp_path / "s")
+    units = split_units(plan_store(StoreSpec("b", root), topics=("Topic0",))[0], TASK_ENTRIES)
+    damaged, gone = units[0], units[1]
+    with open(Path(damaged.root) / damaged.cq_name, "r+b") as f:
+        f.seek(2 * codec.CQ_ENTRY_SIZE)
+        f.write((1 << 40).to_bytes(8, "big"))  # the third entry points far beyond the log
+    (Path(gone.root) / gone.cq_name).unlink()
+
+    pieces = in_log_order(units)
+
+    assert _entries(pieces) == _entries(units)
+    assert gone in pieces
 
 
 def test_a_preallocated_file_is_read_up_to_its_last_written_entry(tmp_path: Path) -> None:
