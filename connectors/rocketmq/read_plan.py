@@ -403,9 +403,9 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
             # Unreadable or shorter than planned here: left whole, for its task to report.
             pieces.append((unit.broker, -1, unit))
             continue
-        # Binary searches, one per file boundary: a few entries read per cut (numpy's
-        # searchsorted would copy the whole range first).
-        cuts = [bisect.bisect_left(offsets, log.start) for log in unit.commitlog[1:]]
+        # Binary searches, one per file boundary the range spans: a few entries read per
+        # cut (numpy's searchsorted would copy the whole range first).
+        cuts = [bisect.bisect_left(offsets, log.start) for log in _spanned(unit, offsets)]
         # Ranges in entry order even where the offsets are not.
         cuts = list(itertools.accumulate([0, *cuts, len(offsets)], max))
         for begin, end in itertools.pairwise(cuts):
@@ -416,6 +416,21 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
                 pieces.append((unit.broker, int(offsets[begin]), piece))
     pieces.sort(key=lambda piece: (piece[0], piece[1]))
     return scans + [piece for _, _, piece in pieces]
+
+
+def _spanned(unit: QueueUnit, offsets: np.ndarray) -> Sequence[CommitLogFile]:
+    """The commit-log files that start after the range's first entry and at or before its
+    last: where it crosses into a next file (all of them if its ends are out of order)."""
+    first, last = int(offsets[0]), int(offsets[-1])
+    if last < first:
+        return unit.commitlog[1:]
+    begin = bisect.bisect_right(unit.commitlog, first, key=_file_start)
+    end = bisect.bisect_right(unit.commitlog, last, key=_file_start)
+    return unit.commitlog[begin:end]
+
+
+def _file_start(log: CommitLogFile) -> int:
+    return log.start
 
 
 def _entry_offsets(unit: QueueUnit) -> np.ndarray:

@@ -111,11 +111,17 @@ def test_log_order_keeps_every_entry_of_a_damaged_or_missing_consume_queue(
     """Entries out of order (a damaged consume queue) and a file gone since planning only
     spoil the order: every entry is still in exactly one piece."""
     root = _business_store(tmp_path / "s")
-    units = split_units(plan_store(StoreSpec("b", root), topics=("Topic0",))[0], TASK_ENTRIES)
-    damaged, gone = units[0], units[1]
-    with open(Path(damaged.root) / damaged.cq_name, "r+b") as f:
-        f.seek(2 * codec.CQ_ENTRY_SIZE)
-        f.write((1 << 40).to_bytes(8, "big"))  # the third entry points far beyond the log
+    topics = ("Topic0", "Topic1")
+    units = split_units(plan_store(StoreSpec("b", root), topics=topics)[0], TASK_ENTRIES)
+    damaged, gone, ends_swapped = units[0], units[1], units[2]
+
+    def point(unit: QueueUnit, entry: int, offset: int) -> None:
+        with open(Path(unit.root) / unit.cq_name, "r+b") as f:
+            f.seek(entry * codec.CQ_ENTRY_SIZE)
+            f.write(offset.to_bytes(8, "big"))
+
+    point(damaged, 2, 1 << 40)  # the third entry points far beyond the log
+    point(ends_swapped, ends_swapped.entry_end - 1, 0)  # the last entry before the first
     (Path(gone.root) / gone.cq_name).unlink()
 
     pieces = in_log_order(units)
