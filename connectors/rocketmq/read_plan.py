@@ -16,6 +16,7 @@ import bisect
 import dataclasses
 import errno
 import itertools
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -391,11 +392,11 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
     Only the entries at the cuts are read (a binary search over the read-only mapped
     consume-queue file). Entries out of order (a damaged consume queue) only make the
     order less useful: the pieces still hold each entry of ``units`` exactly once."""
-    scans: list[Unit] = []
+    unordered: list[Unit] = []  # commit-log scans and empty ranges, first, as they came
     pieces: list[tuple[str, int, Unit]] = []
     for unit in units:
         if not isinstance(unit, QueueUnit) or unit.weight <= 0:
-            scans.append(unit)
+            unordered.append(unit)
             continue
         try:
             offsets = _entry_offsets(unit)
@@ -415,22 +416,17 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
                 )
                 pieces.append((unit.broker, int(offsets[begin]), piece))
     pieces.sort(key=lambda piece: (piece[0], piece[1]))
-    return scans + [piece for _, _, piece in pieces]
+    return unordered + [piece for _, _, piece in pieces]
 
 
 def _spanned(unit: QueueUnit, offsets: np.ndarray) -> Sequence[CommitLogFile]:
     """The commit-log files that start after the range's first entry and at or before its
-    last: where it crosses into a next file (all of them if its ends are out of order)."""
-    first, last = int(offsets[0]), int(offsets[-1])
-    if last < first:
-        return unit.commitlog[1:]
-    begin = bisect.bisect_right(unit.commitlog, first, key=_file_start)
-    end = bisect.bisect_right(unit.commitlog, last, key=_file_start)
+    last: where it crosses into a next file (none if its ends are out of order: a damaged
+    range stays whole)."""
+    start = operator.attrgetter("start")
+    begin = bisect.bisect_right(unit.commitlog, int(offsets[0]), key=start)
+    end = bisect.bisect_right(unit.commitlog, int(offsets[-1]), key=start)
     return unit.commitlog[begin:end]
-
-
-def _file_start(log: CommitLogFile) -> int:
-    return log.start
 
 
 def _entry_offsets(unit: QueueUnit) -> np.ndarray:
