@@ -43,7 +43,10 @@ def validate_segment_path(path: str, fmt: str) -> None:
 
 
 def _read_parquet_files(spark: SparkSession, paths: list[str]) -> DataFrame:
-    frame = spark.read.parquet(*paths)
+    # An export of records that already carry a place (the store reader's own columns, a
+    # re-export of earlier output) has ``source`` and ``position`` of its own: the place
+    # that finds a row again is in the file read now, so those columns give way.
+    frame = spark.read.parquet(*paths).drop("source", "position")
     return frame.select(
         "*",
         F.col("_metadata.file_path").alias("source"),

@@ -20,6 +20,7 @@ from connectors.rocketmq.reader import parse_store_arg, read_stores
 from connectors.segments import read_segments
 from jobs.config import JobConfig
 from schemas.messages import COMMITTED_OFFSET
+from transforms.messages import as_lean
 from transforms.round import NOTE
 
 # The settings that change a round's result, hence its default run id.
@@ -136,7 +137,8 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
 def read_segment_inputs(
     spark: SparkSession, half: str, op: str, fmt: str, broker: str, offsets: str | None
 ) -> Inputs:
-    """The records of exported half and op segments, with an optional consumerOffset.json."""
+    """The records of exported half and op segments in the round's contract (``as_lean``),
+    with an optional consumerOffset.json."""
     table = None
     if offsets is not None:
         table = read_consumer_offsets(offsets)
@@ -147,7 +149,7 @@ def read_segment_inputs(
     identity = [f"{fmt}:{broker}:{Path(p).resolve()}" for p in (half, op)] + [f"offsets:{offsets}"]
     used = offsets if offsets is not None else "no --offsets given"
     return Inputs(
-        read.messages,
+        as_lean(read.messages),
         read.bad_records,
         committed,
         spark.createDataFrame([], NOTE),

@@ -6,7 +6,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from schemas.messages import HALF_TOPIC, OP_TOPIC, PROPERTY_COLUMNS
+from schemas.messages import HALF_TOPIC, LEAN_MESSAGE, OP_TOPIC, PROPERTY_COLUMNS
 from transforms.parsing import nonempty, parse_java_int, parse_java_long
 
 RECORD_KEY = ["broker", "topic", "queue_id", "queue_offset"]
@@ -78,6 +78,12 @@ def with_property_columns(records: DataFrame) -> DataFrame:
     prop = F.col("properties")
     extracted = [nonempty(prop[name]).alias(column) for name, column in PROPERTY_COLUMNS.items()]
     return records.select("*", *extracted).drop("properties")
+
+
+def as_lean(records: DataFrame) -> DataFrame:
+    """Sourced records in the round's input contract (``LEAN_MESSAGE``): the properties the
+    round reads as columns, and none of the columns it never reads."""
+    return with_property_columns(records).select(*LEAN_MESSAGE.fieldNames())
 
 
 def with_half_fields(half: DataFrame) -> DataFrame:

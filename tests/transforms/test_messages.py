@@ -7,7 +7,8 @@ from chispa import assert_column_equality, assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from transforms.messages import mark_duplicates, offset_msg_id
+from schemas.messages import LEAN_MESSAGE, SOURCED_MESSAGE
+from transforms.messages import as_lean, mark_duplicates, offset_msg_id
 
 PORT_AND_OFFSET_255 = "00002A9F" + "00000000000000FF"  # port 10911, commit-log offset 255
 
@@ -27,6 +28,34 @@ def test_offset_msg_id_is_address_port_and_offset_in_hex(spark: SparkSession) ->
     frame = spark.createDataFrame(rows, "host STRING, offset BIGINT, expected STRING")
     frame = frame.withColumn("got", offset_msg_id(F.col("host"), F.col("offset")))
     assert_column_equality(frame, "got", "expected")
+
+
+def test_as_lean_gives_the_round_its_property_columns_and_drops_the_rest(
+    spark: SparkSession,
+) -> None:
+    """Exported records (with the properties map) in the store reader's lean contract: a
+    property becomes its column, an empty or absent one is null."""
+    record = dict.fromkeys(SOURCED_MESSAGE.fieldNames())
+    record.update(
+        broker="b",
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        queue_offset=7,
+        properties={"UNIQ_KEY": "K7", "PGROUP": "", "KEYS": "order-7", "OTHER": "x"},
+        source="half.parquet",
+        position=3,
+    )
+    got = as_lean(spark.createDataFrame([record], SOURCED_MESSAGE))
+    expected_row = dict.fromkeys(LEAN_MESSAGE.fieldNames())
+    expected_row.update(
+        broker="b",
+        topic="RMQ_SYS_TRANS_HALF_TOPIC",
+        queue_offset=7,
+        source="half.parquet",
+        position=3,
+        uniq_key="K7",
+        keys_raw="order-7",
+    )
+    assert_df_equality(got, spark.createDataFrame([expected_row], LEAN_MESSAGE))
 
 
 RECORDS = "broker STRING, topic STRING, queue_id INT, queue_offset BIGINT, commitlog_offset BIGINT, source STRING, position BIGINT"
