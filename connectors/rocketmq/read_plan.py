@@ -393,7 +393,7 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
     consume-queue file). Entries out of order (a damaged consume queue) only make the
     order less useful: the pieces still hold each entry of ``units`` exactly once."""
     unordered: list[Unit] = []  # commit-log scans and empty ranges, first, as they came
-    pieces: list[tuple[str, int, Unit]] = []
+    pieces: list[tuple[int, QueueUnit]] = []  # (commit-log offset of the first entry, piece)
     for unit in units:
         if not isinstance(unit, QueueUnit) or unit.weight <= 0:
             unordered.append(unit)
@@ -402,7 +402,7 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
             offsets = _entry_offsets(unit)
         except (OSError, TypeError, ValueError):
             # Unreadable or shorter than planned here: left whole, for its task to report.
-            pieces.append((unit.broker, -1, unit))
+            pieces.append((-1, unit))
             continue
         # Binary searches, one per file boundary the range spans: a few entries read per
         # cut (numpy's searchsorted would copy the whole range first).
@@ -414,9 +414,9 @@ def in_log_order(units: Sequence[Unit]) -> list[Unit]:
                 piece = dataclasses.replace(
                     unit, entry_begin=unit.entry_begin + begin, entry_end=unit.entry_begin + end
                 )
-                pieces.append((unit.broker, int(offsets[begin]), piece))
-    pieces.sort(key=lambda piece: (piece[0], piece[1]))
-    return unordered + [piece for _, _, piece in pieces]
+                pieces.append((int(offsets[begin]), piece))
+    pieces.sort(key=lambda item: (item[1].broker, item[0]))
+    return unordered + [piece for _, piece in pieces]
 
 
 def _spanned(unit: QueueUnit, offsets: np.ndarray) -> Sequence[CommitLogFile]:
