@@ -12,9 +12,15 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 .DEFAULT_GOAL := help
 .PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
 
+# The variables a target's text may name as $(NAME): `make help` shows their values.
+HELP_VARS := SAMPLE_STORE SAMPLE_OUTPUT SAMPLE_TRANSACTIONS BROKER_RUNS DIST
+
 help: ## Show the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
-		'{name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1)} \
+		-v vars='$(foreach v,$(HELP_VARS),$(v)=$($(v)))' \
+		'BEGIN {n = split(vars, kv, " "); for (i = 1; i <= n; i++) {split(kv[i], p, "="); value["$$(" p[1] ")"] = p[2]}} \
+		{t = $$2; for (k in value) while ((j = index(t, k)) > 0) t = substr(t, 1, j - 1) value[k] substr(t, j + length(k)); \
+		name[NR] = $$1; text[NR] = t; if (length($$1) > w) w = length($$1)} \
 		END {for (i = 1; i <= NR; i++) printf "  make %-*s  %s\n", w, name[i], text[i]}'
 
 $(STAMP): pyproject.toml
@@ -44,8 +50,8 @@ test: $(STAMP) ## Run the test suite: transforms, readers, writers, properties a
 test-runs: $(STAMP) ## Whole runs of the job in one session: the command line, the real-broker fixtures, bad input (~20 min)
 	$(BIN)/python -m pytest -m runs
 
-test-processes: $(STAMP) ## Real processes: a kill after each table, two runs on one root, the printed spark-submit command, the README snippet
-	$(BIN)/python -m pytest -m 'faults or processes' tests/robustness/test_faults.py tests/jobs/test_package.py tests/jobs/test_front_door.py
+test-processes: $(STAMP) ## Real processes: a kill after each table, Ctrl-C and SIGTERM, two runs on one root, the printed spark-submit command, the README snippet, every runnable command block of README and docs/
+	$(BIN)/python -m pytest -m 'faults or processes' tests/robustness/test_faults.py tests/jobs/test_package.py tests/jobs/test_front_door.py tests/jobs/test_interrupt.py tests/repo/test_docs_commands.py
 
 # Issue 10, real RocketMQ brokers. The harness half: build harness/rocketmq/v5 (5.3.3) and v4
 # (4.9.7) with Maven (dependencies cached in ~/.m2; needs Maven Central once, JDK 17) and run each
@@ -113,7 +119,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) ## Benchmark (issue 12's targets): sample pairs vs bare Spark, 1M/4M/16M x3 with bare Spark and the DuckDB peer, scale-out, into docs/benchmarks.md (~1 h; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
+bench: $(BENCH_STAMP) ## Benchmark: sample pairs vs bare Spark, 1M/4M/16M x3 with bare Spark and the DuckDB peer, scale-out, into docs/benchmarks.md (~1 h; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m ...)

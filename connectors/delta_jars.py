@@ -120,7 +120,7 @@ def _delta_classes_absent(spark: SparkSession) -> bool:
 
     The common case (no Delta jars: the delta-rs writer) is answered by one JVM call
     instead of resolving ``format("delta")``, which loads every registered data source
-    first (about 1.2 s of a 40 s sample run). False when unsure (a Connect session has no
+    first (a noticeable share of a small run). False when unsure (a Connect session has no
     JVM here, or the call fails): the full probe decides.
     """
     try:

@@ -27,7 +27,8 @@ def _per_queue(rows: Sequence[Mapping], column: str) -> str:
 
 
 def offsets_to_install(offset_rows: Iterable[Mapping]) -> dict[str, list[str]]:
-    """Per broker, the queues whose safe offset differs from the committed one."""
+    """Per broker, the queues whose safe offset differs from the committed one (a held
+    queue has none: ``offset_safe`` is null)."""
     moves: dict[str, list[str]] = {}
     for row in sorted(offset_rows, key=lambda r: (r["broker"], r["topic"], r["queue_id"])):
         if row.get("offset_safe") is not None and row["offset_safe"] != row["offset_committed"]:
@@ -38,13 +39,37 @@ def offsets_to_install(offset_rows: Iterable[Mapping]) -> dict[str, list[str]]:
     return moves
 
 
+def picture_lines(rows: Sequence[Mapping], output_root: str) -> list[str]:
+    """What may make the picture wrong, before any count: held offsets, bad records and
+    every warning of ``run_summary`` (``rows``, sorted by queue)."""
+    lines = [
+        f"{_queue(row)}: offsets held, nothing to install: {row['offset_hold']}"
+        for row in rows
+        if row.get("offset_hold")
+    ]
+    bad = _total(rows, "bad_records")
+    if bad:
+        table = Path(output_root).resolve() / "bad_records"
+        lines.append(
+            f"{bad} bad half/op record(s) took no part in the round ({_per_queue(rows, 'bad_records')}):"
+            f" rows in {table}; the picture leaves them out"
+        )
+    for row in rows:
+        lines += [f"{_queue(row)}: {warning}" for warning in row.get("warnings") or []]
+    return lines
+
+
 def attention_lines(
-    summary_rows: Sequence[Mapping], offset_rows: Iterable[Mapping], output_root: str
+    summary_rows: Sequence[Mapping],
+    offset_rows: Iterable[Mapping],
+    output_root: str,
+    run_notes: Sequence[str] = (),
 ) -> list[str]:
-    """Discards coming next round, checks that are the last, discards of this round, and
-    the offsets to install, most urgent first; one line each."""
+    """What may make the picture wrong (``run_notes``, e.g. how T was chosen, then
+    ``picture_lines``), then discards coming next round, checks that are the last,
+    discards of this round, and the offsets to install, most urgent first; one line each."""
     rows = sorted(summary_rows, key=lambda r: (str(r["broker"]), r["queue_id"] or -1))
-    lines = []
+    lines = [*run_notes, *picture_lines(rows, output_root)]
     upcoming = _total(rows, "discard_next_round")
     if upcoming:
         interval = rows[0].get("check_interval_ms")
@@ -68,10 +93,12 @@ def attention_lines(
         fragment = Path(output_root) / "offset_fragments" / broker / "consumerOffset.safe.json"
         lines.append(
             f"offsets to install into stopped broker {broker}: {', '.join(changes)}:"
-            f" {INSTALL} {fragment} --into <copy of its config/consumerOffset.json>"
+            f" {INSTALL} {fragment} --into <its store>/config/consumerOffset.json"
         )
     if not moves:
-        lines.append("offsets: nothing to install (the safe offsets are the committed ones)")
+        held = any(row.get("offset_hold") for row in rows)
+        why = "held queues above" if held else "the safe offsets are the committed ones"
+        lines.append(f"offsets: nothing to install ({why})")
     return lines
 
 

@@ -30,10 +30,11 @@ def esc(value: object) -> str:
 
 
 def iso_ms(ms: Any) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC instant: ``2025-06-15T15:06:39.662Z``."""
     if ms is None or (isinstance(ms, float) and math.isnan(ms)) or pd.isna(ms):
         return ""
     instant = datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
-    return instant.strftime("%Y-%m-%d %H:%M:%S.") + f"{instant.microsecond // 1000:03d}Z"
+    return instant.strftime("%Y-%m-%dT%H:%M:%S.") + f"{instant.microsecond // 1000:03d}Z"
 
 
 def human_ms(ms: Any) -> str:
@@ -54,11 +55,28 @@ def human_ms(ms: Any) -> str:
 
 
 def num(value: Any) -> str:
+    """A count or a measure, with thousands separators: ``1,379``."""
     if value is None or pd.isna(value):
         return ""
     if isinstance(value, float) and not value.is_integer():
         return f"{value:,.2f}"
     return f"{int(value):,}"
+
+
+def ident(value: Any) -> str:
+    """A number that names something (an offset, a file position, a queue id, epoch
+    milliseconds): digits only, as the broker, its files and the fragments write it, so it
+    can be searched for and pasted (``4229``, not ``4,229``)."""
+    if value is None or pd.isna(value):
+        return ""
+    return str(int(value))
+
+
+def flag(value: Any) -> str:
+    """A boolean as ``true``/``false`` (the spelling of the tables' readers and of JSON)."""
+    if value is None or (not isinstance(value, bool) and pd.isna(value)):
+        return ""
+    return "true" if bool(value) else "false"
 
 
 def nice_step(maximum: float, ticks: int = 5) -> float:
@@ -99,6 +117,41 @@ def empty_figure(name: str, title: str, message: str, height: int = 90) -> str:
     )
 
 
+def single_value_figure(name: str, title: str, text: str, rows: int, height: int = 90) -> str:
+    """A chart whose data is one bar, said in words: a lone bar compares nothing, and its
+    value is easier to read as text. ``data-single="true"`` tells it from a chart."""
+    return (
+        f'<svg id="plot-{name}" data-plot="{name}" data-rows="{rows}" data-single="true" '
+        f'class="plot" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" '
+        f'role="img" xmlns="http://www.w3.org/2000/svg"><title>{esc(title)}</title>'
+        f'<text x="{WIDTH / 2}" y="{height / 2}" text-anchor="middle" class="single">'
+        f"{esc(text)}</text></svg>"
+    )
+
+
+def _single_bar(
+    name: str,
+    title: str,
+    categories: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    unit: str,
+) -> str | None:
+    """The figure in words when only one category has a value (None otherwise): the
+    category, its total and, when it holds several series, the share of each."""
+    filled = [i for i in range(len(categories)) if any(v[i] for v in series.values())]
+    if len(filled) != 1:
+        return None
+    at = filled[0]
+    parts = [(s, values[at]) for s, values in series.items() if values[at]]
+    total = sum(value for _, value in parts)
+    text = f"{categories[at]}: {num(total)}" + (f" {unit}" if unit else "")
+    if len(parts) == 1:
+        text += f", all {parts[0][0]}"
+    else:
+        text += " (" + ", ".join(f"{s} {num(v)}" for s, v in parts) + ")"
+    return single_value_figure(name, title, text, int(total))
+
+
 def _y_axis(
     box: tuple[float, float, float, float], step: float, y_max: float, label: str
 ) -> list[str]:
@@ -135,6 +188,9 @@ def stacked_columns(
     totals = [sum(values[i] for values in series.values()) for i in range(len(categories))]
     if not categories or not any(totals):
         return empty_figure(name, title, empty_message)
+    single = _single_bar(name, title, categories, series, y_label)
+    if single is not None:
+        return single
     left, right, top, bottom = 70, 20, 40, 70
     plot_w, plot_h = WIDTH - left - right, height - top - bottom
     step = nice_step(max(totals))
@@ -160,7 +216,7 @@ def stacked_columns(
             parts.append(
                 f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
                 f'fill="{colors.get(series_name, OTHER_COLOR)}" data-category="{esc(category)}" '
-                f'data-series="{esc(series_name)}" data-value="{num(value)}">'
+                f'data-series="{esc(series_name)}" data-value="{ident(value)}">'
                 f"<title>{esc(category)} / {esc(series_name)}: {num(value)}</title></rect>"
             )
             base += value
@@ -193,11 +249,15 @@ def stacked_rows(
     series: Mapping[str, Sequence[float]],
     colors: dict[str, str],
     empty_message: str = "no rows",
+    unit: str = "",
 ) -> str:
     """Horizontal stacked bars: one row per label (long labels read better sideways)."""
     totals = [sum(values[i] for values in series.values()) for i in range(len(labels))]
     if not labels or not any(totals):
         return empty_figure(name, title, empty_message)
+    single = _single_bar(name, title, labels, series, unit)
+    if single is not None:
+        return single
     left, right, top, row_h = 380, 80, 40, 24
     height = top + row_h * len(labels) + 30
     plot_w = WIDTH - left - right
@@ -224,7 +284,7 @@ def stacked_rows(
             parts.append(
                 f'<rect class="bar" x="{x:.1f}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}" '
                 f'fill="{colors.get(series_name, OTHER_COLOR)}" data-category="{esc(label)}" '
-                f'data-series="{esc(series_name)}" data-value="{num(value)}">'
+                f'data-series="{esc(series_name)}" data-value="{ident(value)}">'
                 f"<title>{esc(label)} / {esc(series_name)}: {num(value)}</title></rect>"
             )
             base += value
@@ -249,13 +309,31 @@ class OffsetLane:
     after: float
     end: float
     end_known: bool
+    held: bool = False  # the queue's offsets must not be installed (no after, no safe)
+
+
+def _lane_text(lane: OffsetLane) -> str:
+    """The lane's numbers in words: offsets name positions (digits only), lags count
+    messages (separators); the committed offset when the round starts elsewhere."""
+    end_text = ("" if lane.end_known else "≥ ") + ident(lane.end)
+    committed = (
+        f"committed {ident(lane.committed)}; "
+        if lane.committed is not None and lane.committed != lane.before
+        else ""
+    )
+    if lane.held:
+        return f"{committed}from {ident(lane.before)} of {end_text}: held, nothing to install"
+    return (
+        f"{committed}{ident(lane.before)} → {ident(lane.after)} of {end_text}:"
+        f" lag {num(lane.end - lane.after)} / {num(lane.end - lane.safe)}"
+    )
 
 
 def offsets_lanes(name: str, title: str, lanes: Sequence[OffsetLane]) -> str:
     """One lane per (broker, queue, topic): where the round starts, stops, may safely go, the end."""
     if not lanes:
         return empty_figure(name, title, "no consume offsets in this run")
-    left, right, top, lane_h = 330, 250, 44, 34
+    left, right, top, lane_h = 330, 300, 44, 34
     height = top + lane_h * len(lanes) + 20
     plot_w = WIDTH - left - right
     marks = (
@@ -303,18 +381,16 @@ def offsets_lanes(name: str, title: str, lanes: Sequence[OffsetLane]) -> str:
             if value is None:
                 continue
             x = px(value)
-            text = f"{mark}: {num(value)}" + (
+            text = f"{mark}: {ident(value)}" + (
                 "" if mark != "end" or lane.end_known else " (estimate)"
             )
             parts.append(
                 f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y + 5}" y2="{y + 27}" stroke="{color}" '
                 f'stroke-width="3" data-mark="{mark}" data-value="{int(value)}"><title>{esc(text)}</title></line>'
             )
-        end_text = ("" if lane.end_known else "≥ ") + num(lane.end)
         parts.append(
             f'<text x="{WIDTH - right + 10}" y="{y + 20}" class="value">'
-            f"{num(lane.before)} → {num(lane.after)} of {end_text}: lag {num(lag_after)} / {num(lag_safe)}"
-            "</text></g>"
+            f"{esc(_lane_text(lane))}</text></g>"
         )
     parts.append("</svg>")
     return "".join(parts)

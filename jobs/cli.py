@@ -8,7 +8,12 @@ Spark starts (bad input fails fast with one line, exit 2), and the exit codes of
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
+import os
+import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,9 +25,11 @@ from connectors.errors import InputError
 from connectors.rocketmq.offsets_file import load_store_offsets, read_consumer_offsets
 from connectors.rocketmq.reader import parse_store_arg, validate_store
 from connectors.segments import validate_segment_path
+from jobs import interrupt
 from jobs.config import JobConfig, load_config
-from jobs.extract import parse_as_of
+from jobs.extract import parse_as_of, settle_as_of
 from jobs.output import AfterCommit
+from jobs.progress import write_stderr
 from jobs.run import EXIT_OK, JobRequest, StrictModeError, run
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -146,16 +153,46 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
 
 
+CONSOLE_SCRIPT = "rmq-txn-reconcile"
+
+# --help ends with one example and the exit codes (README, "Exit codes").
+EPILOG = """\
+example:
+  {prog} --store broker-a=/data/rocketmq/store --output out/
+  {prog} find --output out/ ORD-1001   # one transaction's rows (find --help)
+
+exit codes:
+  0        done
+  1        failure while running
+  2        bad arguments or input: one error: line, nothing written
+  3        anomalies as severe as --fail-on (everything written)
+  130/143  interrupted (SIGINT, Ctrl-C) / terminated (SIGTERM)
+"""
+
+
+def invoked_as() -> str:
+    """How the user started the job, for ``--help``: the console script by its name, any
+    other way (``python -m``, ``spark-submit``) as the module."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return CONSOLE_SCRIPT if name == CONSOLE_SCRIPT else "python -m jobs.reconcile"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The job's arguments (``docs/spec/reconcile.md`` section "Command line")."""
+    prog = invoked_as()
     parser = _Parser(
-        prog="python -m jobs.reconcile",
+        prog=prog,
         description="Reconcile RocketMQ transactional messages offline and write Delta tables.",
+        epilog=EPILOG.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the epilog's lines
     )
     _add_inputs(parser)
     parser.add_argument("--output", required=True, help="output root: one Delta table per folder")
     parser.add_argument(
-        "--as-of", dest="as_of", help="now | latest | ISO-8601 | epoch ms (default now)"
+        "--as-of",
+        dest="as_of",
+        help="T: auto | now | latest | ISO-8601 | epoch ms (default auto: now when the store"
+        " looks live, latest when it looks copied)",
     )
     parser.add_argument(
         "--run-id", dest="run_id", help="default: derived from the inputs, T and settings"
@@ -181,6 +218,32 @@ def validate_output(output: str, stores: Sequence[str]) -> None:
         root = parse_store_arg(arg).root.resolve()
         if path == root or root in path.parents:
             raise InputError(f"--output {output}: is inside the store {root}; write elsewhere")
+    probe_output(output, path)
+
+
+def probe_output(output: str, path: Path) -> None:
+    """Create the root as the run would, then a file inside it, and remove both: an
+    output that cannot be written (read-only, immutable, under a file) fails now, not
+    after the whole read. The probe leaves nothing behind (the directories it created
+    are removed again; the run creates them for good)."""
+    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    existing = path.parents[len(missing) - 1] if missing else path
+    if not existing.is_dir():
+        raise InputError(f"--output {output}: cannot be created: {existing} is a file")
+    step = "cannot create the directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        step = "cannot create a file in it"
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".rmq-txn-reconcile-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"--output {output}: {step}: {reason}") from None
+    finally:
+        for folder in missing:  # deepest first; only the empty ones this probe made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _validate_segments(args: argparse.Namespace) -> None:
@@ -243,6 +306,14 @@ def request_from(args: argparse.Namespace, config: JobConfig) -> JobRequest:
     )
 
 
+def settled(request: JobRequest, config: JobConfig) -> JobRequest:
+    """T checked against the stores and ``auto`` decided (``jobs.extract.settle_as_of``),
+    once the stores are known to be stores, before Spark starts."""
+    specs = [parse_store_arg(arg) for arg in request.stores]
+    as_of, choice = settle_as_of(request.as_of, specs, config)
+    return dataclasses.replace(request, as_of=as_of, as_of_choice=choice)
+
+
 def run_command(
     args: argparse.Namespace,
     spark: SparkSession | None = None,
@@ -253,6 +324,7 @@ def run_command(
     config = load_config(args.conf, config_overrides(args))
     request = request_from(args, config)  # a malformed --as-of fails here, before the checks
     validate_arguments(args)
+    request = settled(request, config)
     return run(request, config, spark, started, after_commit)
 
 
@@ -281,27 +353,37 @@ def main(
     after_commit: AfterCommit | None = None,
 ) -> int:
     """Command line entry point; returns the exit code (0 done, 1 failure, 2 bad input, 3
-    anomalies as severe as ``--fail-on``, everything written).
+    anomalies as severe as ``--fail-on``, everything written; 130 / 143 on SIGINT /
+    SIGTERM, ``jobs.interrupt``).
     ``after_commit`` (tests): called with each table's name once it is committed."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["find"]:  # rmq-txn-reconcile find --output OUT KEY... (jobs.find)
+        from jobs.find import main as find_main
+
+        return find_main(words[1:], spark)
+    # The command line's own process: a signal ends it with one line (jobs.interrupt); a
+    # caller's session (a notebook, a test) keeps its caller's handlers.
+    signals = interrupt.handled() if spark is None else contextlib.nullcontext()
     try:
-        args = build_parser().parse_args(argv)
-        return run_command(args, spark, after_commit)
+        with signals:
+            args = build_parser().parse_args(argv)
+            return run_command(args, spark, after_commit)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        write_stderr(f"error: {exc}")
         return EXIT_BAD_INPUT
     except StrictModeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        write_stderr(f"error: {exc}")
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_FAILED
+    except KeyboardInterrupt:  # a caller's session: PySpark's handler raised it
+        write_stderr(interrupt.interrupted_line(signal.SIGINT))
+        return interrupt.exit_code(signal.SIGINT)
     except SystemExit as exc:
         if isinstance(exc.code, str):
-            print(f"error: {exc.code}", file=sys.stderr)
+            write_stderr(f"error: {exc.code}")
             return EXIT_FAILED
         return int(exc.code or 0)
     except Exception as exc:  # a failure while running: one line, details with --verbose
-        print(f"error: {error_line(exc)}", file=sys.stderr)
+        write_stderr(f"error: {error_line(exc)}")
         if "--verbose" in (argv or sys.argv):
             raise
         return EXIT_FAILED

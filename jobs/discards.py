@@ -12,7 +12,6 @@ transaction ``ended`` rather than ``committed``/``rolled_back`` (docs/decisions.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from connectors.rocketmq.layout import topic_folder, topic_path_problem
 from connectors.rocketmq.offset_filter import OffsetFilter, filter_batches
 from connectors.rocketmq.read_tasks import NO_RECORD_PLACE
 from connectors.rocketmq.reader import parse_store_arg, read_stores
@@ -49,9 +49,6 @@ from transforms.round import RoundOutputs, RoundState
 if TYPE_CHECKING:
     from jobs.run import JobRequest
 
-# RocketMQ's own rule for topic names (TopicValidator): anything else is no queue of the
-# store (and must never become a path).
-_TOPIC_NAME = re.compile(r"\A[%|a-zA-Z0-9_-]{1,127}\Z")
 # Where a bad record is: the same broken record found by two reads is one bad record.
 _BAD_PLACE = ["broker", "source", "position"]
 # ``commit_filters``' rows (``offset_filter.FILTER_SCHEMA``).
@@ -189,14 +186,16 @@ def readable_queues(
     stores: Sequence[str], named: Sequence[tuple[str, str, int]]
 ) -> list[tuple[str, str, int]]:
     """The named queues whose consume queue exists in their store (read-only checks of file
-    names): the ones a committed message can be looked for in."""
+    names): the ones a committed message can be looked for in. Any topic name is looked
+    for, whatever its length or characters, except one that cannot be a folder name
+    (``layout.topic_path_problem``: ``_unread_queue_notes`` reports it)."""
     roots = {spec.broker: spec.root for spec in map(parse_store_arg, stores)}
     found = []
     for broker, topic, queue_id in named:
         root = roots.get(broker)
-        if root is None or not _TOPIC_NAME.match(topic) or queue_id < 0:
+        if root is None or topic_path_problem(topic) is not None or queue_id < 0:
             continue
-        folder = Path(root) / "consumequeue" / topic / str(queue_id)
+        folder = topic_folder(Path(root), topic) / str(queue_id)
         if folder.is_dir() and any(folder.iterdir()):
             found.append((broker, topic, queue_id))
     return found
@@ -235,7 +234,8 @@ def read_real_queues(
 def commit_filters(linked: DataFrame) -> dict[str, OffsetFilter]:
     """Per broker, a filter of the commit-log offsets of the discarded transactions' half
     records (``DiscardEvidence.linked``): the business-queue read then decodes only the
-    commits that may name one (14 M commits read for 231 678 discard records at 16m).
+    commits that may name one (the queues hold every committed message of the store, far
+    more than the discarded transactions).
     Built in one task, which sizes each filter from its count; one row per broker reaches
     the driver."""
     offsets = linked.select("broker", F.col("half_commitlog_offset").alias("offset"))
@@ -254,12 +254,29 @@ def _read_discards(spark: SparkSession, request: JobRequest, config: JobConfig) 
 def _unread_queue_notes(
     named: Sequence[tuple[str, str, int]], readable: Sequence[tuple[str, str, int]]
 ) -> list[str]:
+    """One note per real queue that cannot be read (no consume queue), and one per real
+    topic whose name cannot be a path, however many of its queues are named (the name is
+    quoted: a note is one line whatever the name holds)."""
     missing = sorted(set(named) - set(readable))
-    return [
-        f"{broker}: real queue {topic}/{queue_id} cannot be read (no consume queue): its"
-        " ended transactions show as ended"
-        for broker, topic, queue_id in missing
-    ]
+    notes: list[str] = []
+    unsafe: dict[tuple[str, str, str], list[int]] = {}
+    for broker, topic, queue_id in missing:
+        problem = topic_path_problem(topic)
+        if problem is None:
+            shown = topic if topic.isprintable() else repr(topic)
+            notes.append(
+                f"{broker}: real queue {shown}/{queue_id} cannot be read (no consume queue):"
+                " its ended transactions show as ended"
+            )
+        else:
+            unsafe.setdefault((broker, topic, problem), []).append(queue_id)
+    for (broker, topic, problem), queue_ids in unsafe.items():
+        notes.append(
+            f"{broker}: real topic {topic!r} is not read: its name {problem}, so it is never"
+            f" made a path; the ended transactions of its queue(s)"
+            f" {', '.join(map(str, queue_ids))} show as ended"
+        )
+    return notes
 
 
 def _not_reported(bad: DataFrame, state: RoundState) -> DataFrame:

@@ -80,8 +80,8 @@ def cut_lineage(frame: DataFrame) -> DataFrame:
     """``frame`` as a frame whose plan is one leaf over its computed rows.
 
     Later stages built on the frame itself carry its whole plan: Spark analyses it again
-    at every step, and the anomaly rules and the run summary planned hundreds of operators
-    (docs/benchmarks.md). Here the frame's shuffles run once, now (adaptive execution
+    at every step, and the anomaly rules and the run summary would plan hundreds of
+    operators. Here the frame's shuffles run once, now (adaptive execution
     runs them when the plan is turned into an RDD); each later action reads their outputs
     and runs only the frame's last stage again. Spark's own local checkpoint cuts the
     plan the same way but keeps a row-wise copy of every row, which ran a 1 GiB driver
@@ -121,12 +121,11 @@ class SparkMaterializer:
         cached already (the store reader's records when every queue offset is unique),
         which a reader rescans anyway.
 
-        Not persisted: until 2026-11-25 this persisted the frame too, but the cut plan
-        read the frame's own plan, planned before the cache existed, so the cache was
-        never filled and the run paid for the cache manager's planning of every frame
-        for nothing (docs/benchmarks.md, "The cache that was never read"). Filling a
-        real cache instead was no faster at 1m and slower on the sample, and would hold
-        the exploded op items of a 16m store in memory."""
+        Not persisted: the cut plan reads the frame's own plan, planned before any cache
+        of it existed, so such a cache would never be filled and the run would pay for
+        the cache manager's planning of every frame for nothing. Filling a real cache
+        instead is no faster on a large store, slower on a small one, and would hold
+        every exploded op item of a large store in memory."""
         if is_narrow_over_cache(frame):
             return frame
         return cut_lineage(frame)

@@ -5,15 +5,24 @@ session's Python workers run this interpreter."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
-from jobs.config import load_config
+from connectors.rocketmq.reader import parse_store_arg
+from jobs.config import JobConfig, load_config
 from jobs.discards import build_discard_history
-from jobs.extract import Inputs, parse_as_of, read_segment_inputs, read_store_inputs
+from jobs.extract import (
+    AsOfChoice,
+    Inputs,
+    parse_as_of,
+    read_segment_inputs,
+    read_store_inputs,
+    settle_as_of,
+)
 from jobs.output import write_outputs
 from jobs.run import JobRequest, run_round
 from jobs.session import probe_workers
@@ -33,7 +42,9 @@ def reconcile_stores(
     Args:
         spark: the caller's session.
         stores: ``"[NAME=]DIR"`` strings, one per broker.
-        as_of: ``now``, ``latest``, an ISO-8601 instant or epoch ms.
+        as_of: ``latest``, ``auto`` (``now`` when the stores look live, ``latest`` when
+            one looks copied), ``now``, an ISO-8601 instant or epoch ms; checked as on the
+            command line.
         run_id: default derived from the inputs, T and settings.
         settings: any ``JobConfig`` field (check_max, transaction_timeout_ms, ...).
 
@@ -45,10 +56,24 @@ def reconcile_stores(
     """
     config = load_config(None, dict(settings))
     probe_workers(spark)
+    settled, choice = _settled(as_of, stores, config)
     inputs = read_store_inputs(spark, stores, config)
     return _releasing_inputs(
-        shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id)), inputs
+        shape_outputs(run_round(inputs, config, settled, run_id, choice)), inputs
     )
+
+
+def _settled(
+    as_of: str | int, stores: Sequence[str], config: JobConfig
+) -> tuple[int | str, AsOfChoice | None]:
+    """T parsed and checked as on the command line (``jobs.extract.settle_as_of``), and
+    what ``auto`` chose (printed on stderr, one line; a warning in the tables as on the
+    command line)."""
+    specs = [parse_store_arg(arg) for arg in stores]
+    settled, choice = settle_as_of(parse_as_of(str(as_of)), specs, config)
+    if choice is not None:
+        print(choice.line, file=sys.stderr)
+    return settled, choice
 
 
 def _releasing_inputs(outputs: RoundOutputs, inputs: Inputs) -> RoundOutputs:
@@ -76,9 +101,10 @@ def reconcile_segments(
     """Notebook entry point for exported segments (see ``reconcile_stores``)."""
     config = load_config(None, dict(settings))
     probe_workers(spark)
+    settled, choice = _settled(as_of, (), config)
     inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
     return _releasing_inputs(
-        shape_outputs(run_round(inputs, config, parse_as_of(str(as_of)), run_id)), inputs
+        shape_outputs(run_round(inputs, config, settled, run_id, choice)), inputs
     )
 
 
@@ -106,8 +132,9 @@ def reconcile_stores_to_delta(
     from jobs.history import with_pending_history  # deltalake: driver only
 
     config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
+    settled, choice = _settled(as_of, stores, config)
     inputs = read_store_inputs(spark, stores, config).persist()
-    state = run_round(inputs, config, parse_as_of(str(as_of)), run_id)
+    state = run_round(inputs, config, settled, run_id, choice)
     request = JobRequest(output=output, as_of=state.params.as_of_ms, stores=tuple(stores))
     discards = build_discard_history(spark, request, config, state)
     try:

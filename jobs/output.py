@@ -22,7 +22,12 @@ from pyspark.sql import functions as F
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
 from jobs.anomalies import KindCount, anomaly_lines
 from jobs.attention import attention_lines, settings_line
-from jobs.offsets import FRAGMENT_AFTER, FRAGMENT_COMMITTED, FRAGMENT_SAFE
+from jobs.offsets import (
+    FRAGMENT_AFTER,
+    FRAGMENT_COMMITTED,
+    FRAGMENT_SAFE,
+    write_fragment_facts,
+)
 from schemas.messages import HALF_TOPIC
 from schemas.outputs import CLASSES, CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
 from transforms.round import RoundOutputs
@@ -127,11 +132,19 @@ def job_version() -> str:
         return "unknown"
 
 
-def write_offset_fragments(offset_rows: list[dict[str, Any]], output_root: str) -> list[Path]:
+def write_offset_fragments(
+    offset_rows: list[dict[str, Any]],
+    output_root: str,
+    run_id: str = "",
+    stores: Mapping[str, Path] | None = None,
+) -> list[Path]:
     """Per broker, in the broker's own format: ``consumerOffset.safe.json`` (offset_safe),
-    ``consumerOffset.after.json`` (offset_after, unsafe to install by hand) and
+    ``consumerOffset.after.json`` (offset_after, never installed) and
     ``consumerOffset.committed.json`` (offset_committed: what ``jobs.offsets install``
-    checks the target against)."""
+    checks the target against); and ``fragment.json``, whose they are (the broker, the run,
+    marks of its store from ``stores``, broker -> store root). A held queue's offsets are
+    null, so it is in no installable fragment. Every file is written again, so that an
+    earlier run's fragment never stays beside this run's."""
     files = {"offset_after": FRAGMENT_AFTER, "offset_safe": FRAGMENT_SAFE}
     files["offset_committed"] = FRAGMENT_COMMITTED
     by_broker: dict[str, dict[str, dict[str, dict[int, int]]]] = {}
@@ -139,29 +152,33 @@ def write_offset_fragments(offset_rows: list[dict[str, Any]], output_root: str) 
         key = HALF_KEY if row["topic"] == HALF_TOPIC else OP_KEY
         tables = by_broker.setdefault(row["broker"], {column: {} for column in files})
         for column in files:
-            if row[column] is not None:  # offset_committed is null when the key was missing
+            if row[column] is not None:  # missing key, or a held queue
                 tables[column].setdefault(key, {})[row["queue_id"]] = row[column]
     written = []
     for broker, tables in sorted(by_broker.items()):
         folder = Path(output_root) / "offset_fragments" / broker
         for column, name in files.items():
             write_consumer_offsets(folder / name, tables[column])
+        store = (stores or {}).get(broker)
+        write_fragment_facts(folder, broker, run_id, store, tables["offset_committed"])
         written.append(folder)
     return written
 
 
 def _queue_lines(row: Mapping[str, Any]) -> list[str]:
-    """One queue's lines of the printed summary: class counts, offsets, warnings."""
+    """One queue's lines of the printed summary: class counts and offsets (its warnings
+    and a hold come first, among what needs attention)."""
     classes = "  ".join(f"{name}={row[name]}" for name in CLASSES)
     lines = [
         f"  {row['broker']} queue {row['queue_id']}: {classes}  bad_records={row['bad_records']}"
     ]
-    if row["h0"] is not None:
+    if row.get("offset_hold"):
+        lines.append("    offsets held (see above): nothing to install")
+    elif row["h0"] is not None:
         lines.append(
             f"    half offset {row['h0']} -> {row['h1']} (safe {row['h_safe']});"
             f" op offset {row['p0']} -> {row['p1']} (safe {row['p_safe']})"
         )
-    lines += [f"    warning: {warning}" for warning in row["warnings"] or []]
     return lines
 
 
@@ -172,13 +189,16 @@ def format_summary(
     as_of_ms: int,
     offset_rows: Sequence[dict[str, Any]] = (),
     anomaly_counts: Sequence[KindCount] | None = None,
+    run_notes: Sequence[str] = (),
 ) -> str:
-    """The summary a run prints: T, settings, what needs attention first, each queue, and
-    where the tables and offset fragments are."""
+    """The summary a run prints: T, settings, what needs attention first (``run_notes``
+    first, e.g. how T was chosen), each queue, and where the tables and offset fragments
+    are."""
     when = datetime.fromtimestamp(as_of_ms / 1000).astimezone().isoformat(timespec="milliseconds")
     lines = [f"run {run_id}  as of {as_of_ms} ({when})", settings_line(summary_rows)]
     lines.append("needs attention first:")
-    lines += [f"  {line}" for line in attention_lines(summary_rows, offset_rows, output_root)]
+    attention = attention_lines(summary_rows, offset_rows, output_root, run_notes)
+    lines += [f"  {line}" for line in attention]
     if anomaly_counts is not None:  # one line per anomaly kind found
         lines += anomaly_lines(anomaly_counts)
     lines.append("per queue:")

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from jobs.attention import attention_lines, settings_line
-from jobs.charts import esc, human_ms, iso_ms, num, offsets_lanes
+from jobs.charts import esc, human_ms, ident, iso_ms, num, offsets_lanes
 from jobs.report_anomalies import anomaly_sections
 from jobs.report_discards import discard_history_section
 from jobs.report_figures import (
@@ -89,6 +89,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 svg.plot{display:block;max-width:100%;height:auto;border:1px solid #eee;border-radius:4px;margin:6px 0}
 svg text{font:12px system-ui,sans-serif;fill:#333}svg .tick{font-size:11px;fill:#555}svg .value{font-size:11px;fill:#222}
 svg .axis{font-size:12px;fill:#555}svg .legend{font-size:12px}svg .empty{font-size:14px;fill:#888}
+svg .single{font-size:16px;fill:#222}
 svg .grid{stroke:#eee}svg .axisline{stroke:#999}svg .track{stroke:#ccc;stroke-width:2}svg .backlog{fill:#fde0dd}
 svg rect.bar:hover{opacity:.75}
 table{border-collapse:collapse;width:100%;font-size:12px;margin:6px 0}th,td{border:1px solid #e3e3e3;padding:3px 6px;text-align:left;vertical-align:top}
@@ -124,10 +125,26 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
+def summary_warnings(summary_rows: Sequence[dict]) -> dict[str, list[str]]:
+    """Every warning of ``run_summary`` once, with the queues it was given for."""
+    where: dict[str, list[str]] = {}
+    rows = sorted(summary_rows, key=lambda r: (str(r["broker"]), r["queue_id"] or -1))
+    for row in rows:  # one row per queue
+        for warning in row.get("warnings") or []:
+            where.setdefault(str(warning), []).append(f"{row['broker']} queue {row['queue_id']}")
+    return where
+
+
 def attention_section(run: RunTables) -> str:
-    """What needs attention first (the same lines as the job's printed summary)."""
+    """What needs attention first: the lines of the job's printed summary, then every
+    warning of the run's summary rows that those lines do not already say."""
     summary = _records(run.run_summary)
     lines = attention_lines(summary, _records(run.consume_offsets), run.output)
+    lines += [
+        f"{', '.join(queues)}: {warning}"
+        for warning, queues in summary_warnings(summary).items()
+        if not any(warning in line for line in lines)
+    ]
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return (
         f'<ul id="attention" data-items="{len(lines)}">{items}</ul>'
@@ -143,6 +160,8 @@ def _cards(run: RunTables) -> str:
         for name in (*CLASSES, "bad_records")
     }
     discards = len(run.discards)
+    # The table's rows: run_summary counts only the bad records of a known queue.
+    total["bad_records"] = max(total["bad_records"], len(run.bad_records))
     cards = [
         ("pending", len(run.pending), False),
         ("check requests", len(run.check_requests), False),
@@ -204,7 +223,7 @@ def _heading(run: RunTables) -> list[str]:
     brokers = sorted(summary["broker"].dropna().astype(str).unique())
     return [
         f"<h1>RocketMQ transaction reconciliation: run <code>{esc(run.run_id)}</code></h1>",
-        f'<div class="meta">as of <b>{esc(iso_ms(run.as_of_ms))}</b> ({num(run.as_of_ms)} ms) · '
+        f'<div class="meta">as of <b>{esc(iso_ms(run.as_of_ms))}</b> (as_of_ms {ident(run.as_of_ms)}) · '
         f"written {esc(iso_ms(written))} in {esc(human_ms(duration))} · "
         f"brokers: {esc(', '.join(brokers))} · output <code>{esc(run.output)}</code></div>",
     ]
@@ -212,11 +231,12 @@ def _heading(run: RunTables) -> list[str]:
 
 def render_html(run: RunTables) -> str:
     """The whole page for one run."""
+    # What needs attention comes first, above every count and chart.
     body = [
         *_heading(run),
-        _cards(run),
-        "<h2>Needs attention first</h2>",
+        '<h2 id="needs-attention">Needs attention first</h2>',
         attention_section(run),
+        _cards(run),
     ]
     for title, figure, note in _figures(run):
         body.append(f"<h2>{esc(title)}</h2>")

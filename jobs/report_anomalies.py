@@ -9,11 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.charts import esc, human_ms, iso_ms, num, stacked_columns
+from jobs.charts import esc, human_ms, ident, iso_ms, num, stacked_columns
 from jobs.report_figures import AGE_BUCKETS, age_bucket, html_table
 from jobs.report_tables import RunTables
-from schemas.outputs import CRITICAL, INFO, SEVERITIES, WARNING
-from transforms.anomalies import KINDS
+from schemas.outputs import ANOMALY_KINDS, CRITICAL, INFO, SEVERITIES, WARNING
 
 SEVERITY_COLORS = {INFO: "#9e9e9e", WARNING: "#ff7f0e", CRITICAL: "#d62728"}
 TOP_FINDINGS = 200  # rows of the findings table (the table holds them all)
@@ -33,7 +32,7 @@ def _in_order(frame: pd.DataFrame, column: str, preferred: tuple[str, ...]) -> l
 def anomalies_by_kind(run: RunTables) -> str:
     """Stacked columns: findings per kind, coloured by severity."""
     found = run.anomalies
-    kinds = _in_order(found, "kind", KINDS)
+    kinds = _in_order(found, "kind", ANOMALY_KINDS)
     severities = _in_order(found, "severity", SEVERITIES)
     series: dict[str, list[float]] = {severity: [0] * len(kinds) for severity in severities}
     if not found.empty:
@@ -65,11 +64,11 @@ def anomalies_table(run: RunTables) -> str:
         "severity": _text,
         "kind": _text,
         "broker": _text,
-        "queue_id": num,
+        "queue_id": ident,
         "uniq_key": _text,
         "producer_group": _text,
-        "half_offset": num,
-        "op_offset": num,
+        "half_offset": ident,
+        "op_offset": ident,
         "value": num,
         "threshold": num,
         "detail": _text,
@@ -124,17 +123,17 @@ def longest_pending_table(run: RunTables) -> str:
             .head(TOP_LONGEST)
             .assign(
                 pending_for=lambda f: f["pending_for_ms"].map(human_ms),
-                since=lambda f: f["pending_since_ms"].map(iso_ms),
+                pending_since=lambda f: f["pending_since_ms"].map(iso_ms),
             )
         )
     columns: dict[str, Callable[[Any], str]] = {
         "pending_for": _text,
-        "since": _text,
+        "pending_since": _text,
         "first_seen_run_id": _text,
         "status": _text,
         "broker": _text,
-        "queue_id": num,
-        "half_offset": num,
+        "queue_id": ident,
+        "half_offset": ident,
         "uniq_key": _text,
         "producer_group": _text,
         "check_times": num,

@@ -15,11 +15,16 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.charts import empty_figure, esc, iso_ms, num, stacked_columns
+from jobs.charts import empty_figure, flag, ident, iso_ms, num, stacked_columns
 from jobs.report_figures import _counts, _ordered, _text, _time_step, html_table
 from jobs.report_tables import read_table
-from schemas.outputs import DISCARD_HISTORY, DISCARD_HISTORY_TABLE
-from transforms.discard_history import OUTCOMES, REASONS, UNRESOLVED
+from schemas.outputs import (
+    DISCARD_HISTORY,
+    DISCARD_HISTORY_TABLE,
+    DISCARD_REASONS,
+    OUTCOME_UNRESOLVED,
+    OUTCOMES,
+)
 
 OUTCOME_COLORS = {
     "unknown": "#8c8c8c",
@@ -81,13 +86,13 @@ def discard_reasons_over_time(history: pd.DataFrame) -> str:
     """Discards per period of the time of the discard, by reason."""
     title = "Discarded messages by reason, over the time of the discard"
     return _over_time(
-        history, "reason", REASONS, REASON_COLORS, "discard-history-reasons-time", title
+        history, "reason", DISCARD_REASONS, REASON_COLORS, "discard-history-reasons-time", title
     )
 
 
 def reasons_table(history: pd.DataFrame) -> str:
     """Counts per reason (rows) and outcome (columns)."""
-    reasons = _ordered(history, "reason", REASONS)
+    reasons = _ordered(history, "reason", DISCARD_REASONS)
     outcomes = _ordered(history, "outcome", OUTCOMES)
     rows = []
     for reason in reasons:
@@ -106,17 +111,18 @@ def reasons_table(history: pd.DataFrame) -> str:
 
 def unresolved_table(history: pd.DataFrame) -> str:
     """The ``unresolved`` rows, newest discard first: what to resume, and what not to."""
-    unresolved = history[history["outcome"] == UNRESOLVED].sort_values(
+    unresolved = history[history["outcome"] == OUTCOME_UNRESOLVED].sort_values(
         ["discarded_at_ms", "broker", "discard_offset"], ascending=[False, True, True]
     )
+    unresolved = unresolved.assign(discarded_at=unresolved["discarded_at_ms"].map(iso_ms))
     columns: dict[str, Callable[[Any], str]] = {
         "broker": _text,
-        "discard_offset": num,
+        "discard_offset": ident,
         "resume_topic": _text,
         "resume_offset_msg_id": _text,
-        "resume_futile": _text,
+        "resume_futile": flag,
         "reason": _text,
-        "discarded_at_ms": lambda ms: esc(iso_ms(ms)),
+        "discarded_at": _text,
         "uniq_key": _text,
         "producer_group": _text,
         "real_topic": _text,
@@ -132,7 +138,7 @@ def unresolved_table(history: pd.DataFrame) -> str:
 def discard_history_section(output: str) -> str:
     """The whole section (heading included)."""
     history = load_discard_history(output)
-    unresolved = history[history["outcome"] == UNRESOLVED]
+    unresolved = history[history["outcome"] == OUTCOME_UNRESOLVED]
     futile = int(unresolved["resume_futile"].eq(True).sum())
     return "\n".join(
         [

@@ -19,6 +19,7 @@ from jobs.charts import (
     empty_figure,
     esc,
     human_ms,
+    ident,
     iso_ms,
     num,
     stacked_columns,
@@ -143,6 +144,7 @@ def pending_by_group_and_topic(run: RunTables) -> str:
         labels,
         series,
         STATUS_COLORS,
+        unit="pending half messages",
     )
 
 
@@ -272,6 +274,7 @@ def offset_lanes(run: RunTables) -> list[OffsetLane]:
                 after,
                 end,
                 known,
+                held=isinstance(getattr(row, "offset_hold", None), str),
             )
         )
     return lanes
@@ -317,20 +320,15 @@ def _text(value: object) -> str:
     return esc(value)
 
 
-def _warnings(value: Any) -> str:
-    if value is None:
-        return ""
-    items = list(value) if not isinstance(value, str) else [value]
-    return "<br>".join(esc(v) for v in items)
-
-
 def summary_table(run: RunTables) -> str:
-    columns: dict[str, Callable[[Any], str]] = {"broker": _text, "queue_id": num}
-    for name in ("h0", "h1", "h_safe", "p0", "p1", "p_safe", *CLASSES, "bad_records"):
+    """The per-queue counts; the rows' warnings are at the top of the page (attention)."""
+    columns: dict[str, Callable[[Any], str]] = {"broker": _text, "queue_id": ident}
+    for name in ("h0", "h1", "h_safe", "p0", "p1", "p_safe"):
+        columns[name] = ident
+    for name in (*CLASSES, "bad_records"):
         columns[name] = num
-    columns["warnings"] = _warnings
     frame = run.run_summary.sort_values(["broker", "queue_id"])
-    return html_table("run-summary", frame, columns, "no summary rows", wrap=("warnings",))
+    return html_table("run-summary", frame, columns, "no summary rows")
 
 
 def oldest_pending_table(run: RunTables) -> str:
@@ -339,21 +337,27 @@ def oldest_pending_table(run: RunTables) -> str:
         pending = pending.sort_values(
             ["age_ms", "broker", "half_offset"], ascending=[False, True, True]
         )
-        pending = pending.head(TOP_OLDEST).assign(
-            age=lambda f: f["age_ms"].map(human_ms),
-            born=lambda f: f["born_timestamp_ms"].map(iso_ms),
+        pending = pending.head(TOP_OLDEST)
+        # discard_at_ms is absent from output roots written before it existed.
+        discard_at = pending.get("discard_at_ms", pd.Series(None, index=pending.index))
+        pending = pending.assign(
+            age=pending["age_ms"].map(human_ms),
+            born_at=pending["born_timestamp_ms"].map(iso_ms),
+            discard_at=discard_at.map(iso_ms),
         )
+    # Instants are named for what they are (born_at, discard_at) and shown in ISO-8601 UTC.
     columns: dict[str, Callable[[Any], str]] = {
         "age": _text,
         "status": _text,
         "broker": _text,
-        "queue_id": num,
-        "half_offset": num,
+        "queue_id": ident,
+        "half_offset": ident,
         "uniq_key": _text,
         "producer_group": _text,
         "real_topic": _text,
         "check_times": num,
-        "born": _text,
+        "born_at": _text,
+        "discard_at": _text,
         "offset_msg_id": _text,
     }
     return html_table("oldest-pending", pending, columns, "nothing pending in this run")
@@ -366,37 +370,48 @@ def offsets_table(run: RunTables) -> str:
     columns: dict[str, Callable[[Any], str]] = {
         "broker": _text,
         "topic": _text,
-        "queue_id": num,
+        "queue_id": ident,
         "group": _text,
-        "offset_committed": num,
-        "offset_before": num,
-        "offset_after": num,
-        "offset_safe": num,
+        "offset_committed": ident,
+        "offset_before": ident,
+        "offset_after": ident,
+        "offset_safe": ident,
     }
     if "offset_end" in offsets:
-        columns["offset_end"] = num
-    return html_table("offsets", offsets, columns, "no consume offsets in this run")
+        columns["offset_end"] = ident
+    if "offset_hold" in offsets:  # why the queue's offsets must not be installed
+        columns["offset_hold"] = _text
+    return html_table(
+        "offsets", offsets, columns, "no consume offsets in this run", wrap=("offset_hold",)
+    )
 
 
 def bad_records_table(run: RunTables) -> str:
+    """Bad records grouped by broker, topic and kind of reason: a reason names the offset
+    or size it is about, so its numbers are replaced by ``N`` to group (one example kept)."""
     bad = run.bad_records
     if not bad.empty:
         bad = (
-            bad.assign(topic=bad["topic"].fillna(""))
-            .groupby(["broker", "topic", "reason"], as_index=False, dropna=False)
+            bad.assign(
+                topic=bad["topic"].fillna(""),
+                kind=bad["reason"].fillna("").str.replace(r"\d+", "N", regex=True),
+            )
+            .groupby(["broker", "topic", "kind"], as_index=False, dropna=False)
             .agg(
-                count=("reason", "size"),
+                count=("kind", "size"),
+                example_reason=("reason", "first"),
                 example_source=("source", "first"),
                 example_position=("position", "first"),
             )
-            .sort_values("count", ascending=False)
+            .sort_values(["count", "broker", "topic", "kind"], ascending=[False, True, True, True])
         )
     columns = {
         "broker": _text,
         "topic": _text,
-        "reason": _text,
+        "kind": _text,
         "count": num,
+        "example_reason": _text,
         "example_source": _text,
-        "example_position": num,
+        "example_position": ident,
     }
     return html_table("bad-records", bad, columns, "no bad records in this run")

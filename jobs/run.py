@@ -10,7 +10,6 @@ them, and ``bench/`` reads stage times per phase from it.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -19,10 +18,13 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.errors import InputError
+from connectors.rocketmq.reader import parse_store_arg
+from jobs import interrupt
 from jobs.anomalies import EXIT_ANOMALIES
 from jobs.config import JobConfig
 from jobs.discards import DiscardHistory, build_discard_history, discard_inputs, summary_lines
 from jobs.extract import (
+    AsOfChoice,
     Inputs,
     derive_run_id,
     read_segment_inputs,
@@ -39,10 +41,19 @@ from jobs.output import (
     write_offset_fragments,
     write_outputs,
 )
+from jobs.progress import (
+    ProgressLines,
+    phase_started,
+    planned_read,
+    spark_tasks,
+    stop_heartbeat,
+    write_stderr,
+)
 from jobs.session import build_session, probe_workers
 from schemas.outputs import CLASSES, RESOLVED
 from transforms.offsets import with_missing_offset_warnings
 from transforms.params import RoundParams
+from transforms.picture import with_run_warnings
 from transforms.round import RoundState, classify_round, shape_outputs
 from transforms.staleness import (
     broker_newest,
@@ -66,7 +77,7 @@ class JobRequest:
     ``fmt``, ``broker``, optional ``offsets``) is given (``jobs.cli.validate_arguments``)."""
 
     output: str
-    as_of: int | str  # epoch ms, ``now`` or ``latest`` (``jobs.extract.parse_as_of``)
+    as_of: int | str  # epoch ms, ``now``, ``latest`` or ``auto`` (``jobs.extract.parse_as_of``)
     stores: tuple[str, ...] = ()
     half: str | None = None
     op: str | None = None
@@ -76,6 +87,9 @@ class JobRequest:
     discards: str | None = None  # exported TRANS_CHECK_MAX_TIME_TOPIC records (segments only)
     run_id: str | None = None
     verbose: bool = False
+    # What ``auto`` chose and why (``jobs.extract.settle_as_of``; ``as_of`` is then its
+    # mode); None when T was given explicitly.
+    as_of_choice: AsOfChoice | None = None
 
 
 # -- the round of one run ------------------------------------------------------------------
@@ -100,9 +114,14 @@ def round_params(config: JobConfig, as_of_ms: int, run_id: str) -> RoundParams:
 
 
 def run_round(
-    inputs: Inputs, config: JobConfig, as_of: int | str, run_id: str | None
+    inputs: Inputs,
+    config: JobConfig,
+    as_of: int | str,
+    run_id: str | None,
+    choice: AsOfChoice | None = None,
 ) -> RoundState:
-    """The round over what was read, with the job's warnings (``with_picture_warnings``)."""
+    """The round over what was read, with the job's warnings (``with_picture_warnings``;
+    ``choice``: how ``--as-of auto`` chose T, a warning when the store looks copied)."""
     as_of_ms = resolve_as_of(as_of, inputs.messages)
     run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
     state = classify_round(
@@ -113,13 +132,18 @@ def run_round(
         notes=inputs.notes,
         materialize=SparkMaterializer(),  # the job's one decision on caching and collecting
     )
-    return with_picture_warnings(state, inputs, config)
+    run_warnings = [choice.line] if choice is not None and choice.warns else []
+    return with_picture_warnings(state, inputs, config, run_warnings)
 
 
-def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) -> RoundState:
+def with_picture_warnings(
+    state: RoundState, inputs: Inputs, config: JobConfig, run_warnings: Sequence[str] = ()
+) -> RoundState:
     """The round's state with the warnings of a picture that may be wrong added to
     ``run_summary.warnings`` (spec section 1): a committed offset missing (naming the
-    offsets file used), a broker's newest record too old for a live broker."""
+    offsets file used), a broker's newest record too old for a live broker, and
+    ``run_warnings`` (about the whole run, e.g. a T chosen because a store looks copied)
+    on every queue the round has offsets for."""
     as_of_ms = state.params.as_of_ms
     limit = stale_after_ms(config.check_interval_ms, config.transaction_timeout_ms)
     queues = state.materialize.per_queue(
@@ -127,7 +151,9 @@ def with_picture_warnings(state: RoundState, inputs: Inputs, config: JobConfig) 
     )
     # Local rows, one per queue: their brokers' newest records are read without a job.
     newest = broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
-    warned = with_stale_store_warning(queues, as_of_ms, limit, state.params.reserved_ms, newest)
+    warned = with_stale_store_warning(
+        queues, as_of_ms, limit, state.params.reserved_ms, newest
+    ).transform(with_run_warnings, run_warnings)
     # A projection of local rows: Spark folds it into them in every plan that reads it
     # (bringing it to the driver again would be a job of its own).
     return replace(state, queues=warned)
@@ -164,15 +190,13 @@ def _phase(spark: SparkSession, name: str) -> None:
     """Label the Spark jobs that follow (Spark UI, event log; ``bench/`` reads stage times
     per phase from it)."""
     spark.sparkContext.setJobDescription(PHASE_PREFIX + name)
+    phase_started(name)  # the heartbeat's label
 
 
-def progress_printer(started: float) -> Progress:
-    """Progress lines on stderr, each with the seconds since ``started``."""
-
-    def progress(message: str) -> None:
-        print(f"[{time.time() - started:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-    return progress
+def progress_printer(started: float) -> ProgressLines:
+    """Progress lines on stderr (under spark-submit too), each with the seconds since
+    ``started``; ``start`` adds the heartbeat of a long phase (``jobs.progress``)."""
+    return ProgressLines(started)
 
 
 def start_session(
@@ -191,6 +215,7 @@ def start_session(
             verbose=request.verbose,
             delta=config.writer == "delta-spark",  # Delta's extension (jars via the Ivy cache)
         )
+        interrupt.reclaim()  # the new SparkContext put PySpark's SIGINT handler in place
     probe_workers(spark)
     choose_writer(spark, config.writer)  # --writer delta-spark without Delta: exit 2 now
     return spark
@@ -227,7 +252,7 @@ def round_phase(
     if config.strict:
         refuse_far_past_store(inputs.messages, as_of, config)
     _phase(spark, "resolve and classify")
-    state = run_round(inputs, config, as_of, request.run_id).persist()
+    state = run_round(inputs, config, as_of, request.run_id, request.as_of_choice).persist()
     # Both totals from the per-queue rows the round already brought to the driver: every
     # bad record and every unresolved record from h0 is counted in one queue's row, so no
     # Spark job counts them again.
@@ -317,19 +342,33 @@ def write_phase(
     )
     # One row per queue and topic; local rows (no Spark job).
     offset_rows = [row.asDict() for row in outputs.consume_offsets.collect()]  # per queue
-    write_offset_fragments(offset_rows, request.output)
+    stores = {spec.broker: spec.root for spec in map(parse_store_arg, request.stores)}
+    write_offset_fragments(offset_rows, request.output, params.run_id, stores)
     summary_rows = [
         {**row.asDict(), **facts} for row in outputs.run_summary.collect()
     ]  # one row per queue
     counts = anomaly_counts(outputs)
+    stop_heartbeat(progress)  # nothing of it after the summary
     print(
         format_summary(
-            summary_rows, request.output, params.run_id, params.as_of_ms, offset_rows, counts
+            summary_rows,
+            request.output,
+            params.run_id,
+            params.as_of_ms,
+            offset_rows,
+            counts,
+            run_notes=_choice_note(request.as_of_choice),
         )
     )
     if discards is not None:
         print("\n".join(summary_lines(discards, request.output)))
     return failing(counts, config.fail_on)
+
+
+def _choice_note(choice: AsOfChoice | None) -> list[str]:
+    """How ``--as-of auto`` chose T, for the summary's first lines; a choice that warns is
+    among every queue's warnings already."""
+    return [choice.line] if choice is not None and not choice.warns else []
 
 
 def run(
@@ -343,7 +382,28 @@ def run(
     ``after_commit``: see ``jobs.output.write_outputs``."""
     started = time.time() if started is None else started
     progress = progress_printer(started)
+    if request.as_of_choice is not None:
+        progress(request.as_of_choice.line)
+    progress.planned = planned_read(request.stores) if request.stores else None
+    if progress.planned is not None:
+        progress(progress.planned.line())
     spark = start_session(request, config, spark)
+    progress.start(spark_tasks(spark))
+    try:
+        return _run_phases(spark, request, config, started, progress, after_commit)
+    finally:
+        progress.stop()
+
+
+def _run_phases(
+    spark: SparkSession,
+    request: JobRequest,
+    config: JobConfig,
+    started: float,
+    progress: Progress,
+    after_commit: AfterCommit | None,
+) -> int:
+    """``run``'s phases in a started session; returns the exit code."""
     # Released on failure too: a notebook or a test session runs the job again, and every
     # cached plan left behind slows and fills the driver.
     with ExitStack() as cached:
@@ -364,11 +424,10 @@ def run(
     progress("done")
     if severe:
         # Everything is written: the exit code only tells a scheduler to alert.
-        print(
+        write_stderr(
             f"fail-on: {severe} anomalies of severity {config.fail_on} or worse (everything is"
             f" written): rows in {request.output}/anomalies (run_id {state.params.run_id});"
-            f" exit {EXIT_ANOMALIES}",
-            file=sys.stderr,
+            f" exit {EXIT_ANOMALIES}"
         )
         return EXIT_ANOMALIES
     return EXIT_OK

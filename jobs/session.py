@@ -76,8 +76,8 @@ def build_session(
 # G1's region size in a local driver. The default for a 4 GiB heap is 2 MiB, and an object
 # of half a region or more is "humongous": it takes whole regions of its own, and G1
 # moves none of them. Spark's in-memory cache holds its column buffers in arrays of about
-# 1 MiB, so at 16m (30 M records cached) 1 975 of the heap's 2 048 regions were humongous
-# around 2.2 GB of live arrays, and the read died "Java heap space" (GC log, docs/decisions.md).
+# 1 MiB, so a large store's cache fills nearly all of the heap's regions with humongous
+# arrays (about half of it live data), and the read dies "Java heap space" (docs/decisions.md).
 # With 32 MiB regions those arrays are ordinary objects (Spark's tuning guide gives the same
 # advice for large heaps).
 G1_REGION = "-XX:G1HeapRegionSize=32m"

@@ -77,6 +77,9 @@ CONSUME_OFFSETS = T.StructType(
         T.StructField("offset_before", T.LongType()),
         T.StructField("offset_after", T.LongType()),
         T.StructField("offset_safe", T.LongType()),
+        # Why the queue's offsets must not be installed (null: they may); offset_after
+        # and offset_safe are null then (transforms.picture).
+        T.StructField("offset_hold", T.StringType()),
     ]
     + RUN_COLUMNS
 )
@@ -100,6 +103,54 @@ REASON_EXPIRED = "expired"
 INFO, WARNING, CRITICAL = "info", "warning", "critical"
 SEVERITIES = (INFO, WARNING, CRITICAL)
 ANOMALY_COUNT_COLUMNS = tuple(f"anomalies_{severity}" for severity in SEVERITIES)
+
+# Anomaly kinds of a picture that may be wrong (transforms.picture, docs/spec/anomalies.md):
+# they come first in every summary, and --fail-on covers them like any other kind.
+OFFSETS_HELD = "offsets_held"
+BAD_RECORDS_FOUND = "bad_records"
+PICTURE_WARNING = "picture_warning"
+PICTURE_KINDS = (OFFSETS_HELD, BAD_RECORDS_FOUND, PICTURE_WARNING)
+# The kinds of the round's anomaly rules (transforms.anomalies), and every kind in the
+# order the summaries and the report list them.
+RECHECK_OF_RESOLVED = "recheck_of_resolved"
+IMMUNITY_EXHAUSTS_CHECKS = "immunity_exhausts_checks"
+SLOW_PRODUCER = "slow_producer"
+OP_BACKLOG = "op_backlog"
+OP_QUEUE_GAP = "op_queue_gap"
+STALLED_OFFSET = "stalled_offset"
+SYSTEM_TOPIC_OR_DELAY = "system_topic_or_delay"
+OP_STALL_4_9 = "op_stall_4_9"
+ANOMALY_KINDS = (
+    *PICTURE_KINDS,
+    RECHECK_OF_RESOLVED,
+    IMMUNITY_EXHAUSTS_CHECKS,
+    SLOW_PRODUCER,
+    OP_BACKLOG,
+    OP_QUEUE_GAP,
+    STALLED_OFFSET,
+    SYSTEM_TOPIC_OR_DELAY,
+    OP_STALL_4_9,
+)
+
+# discard_history: why the broker discarded a message (reason: the counter, the age, or
+# neither readable) and what became of it since (outcome, in the order the rules of
+# transforms.discard_history are tried).
+REASON_UNDETERMINED = "undetermined"
+DISCARD_REASONS = (REASON_CHECK_MAX, REASON_EXPIRED, REASON_UNDETERMINED)
+OUTCOME_UNKNOWN = "unknown"
+OUTCOME_PENDING_AGAIN = "pending_again"
+OUTCOME_COMMITTED = "committed"
+OUTCOME_ROLLED_BACK = "rolled_back"
+OUTCOME_ENDED = "ended"
+OUTCOME_UNRESOLVED = "unresolved"
+OUTCOMES = (
+    OUTCOME_UNKNOWN,
+    OUTCOME_PENDING_AGAIN,
+    OUTCOME_COMMITTED,
+    OUTCOME_ROLLED_BACK,
+    OUTCOME_ENDED,
+    OUTCOME_UNRESOLVED,
+)
 
 RUN_SUMMARY = T.StructType(
     [
@@ -136,6 +187,9 @@ RUN_SUMMARY = T.StructType(
     # Anomalies of this run on this queue, per severity (the anomalies table); last, so an
     # output root written before them gains them at the end of its schema.
     + [T.StructField(name, T.LongType()) for name in ANOMALY_COUNT_COLUMNS]
+    # Why the queue's offsets must not be installed (null: they may); h_safe and p_safe
+    # are null then (transforms.picture).
+    + [T.StructField("offset_hold", T.StringType())]
     + RUN_COLUMNS
 )
 
@@ -178,6 +232,12 @@ DISCARD_HISTORY = T.StructType(
         T.StructField("resume_topic", T.StringType()),
         T.StructField("resume_offset_msg_id", T.StringType()),
         T.StructField("first_seen_run_id", T.StringType()),
+        # What the discarded transaction is searched by (the operator columns of the
+        # half-row tables, from the discard record's copied properties); last, so an
+        # output root written before them gains them at the end of its schema.
+        T.StructField("keys", T.ArrayType(T.StringType())),
+        T.StructField("tags", T.StringType()),
+        T.StructField("transaction_id", T.StringType()),
     ]
     + RUN_COLUMNS
 )

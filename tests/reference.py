@@ -180,6 +180,7 @@ class QueueSummary:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0))
     bad_records: int = 0
     warnings: list[str] = field(default_factory=list)
+    offset_hold: str | None = None
 
 
 @dataclass
@@ -446,8 +447,11 @@ def reconcile(
     committed_offsets: Iterable[tuple[str, str, int, int]],
     params: RoundParams,
     bad_input: Iterable[Mapping[str, Any]] = (),
+    hold: bool = True,
 ) -> RoundResult:
-    """Run one round over all brokers and queues; see the module docstring."""
+    """Run one round over all brokers and queues; see the module docstring. ``hold``
+    False: the round's offsets as computed, before the holds of section 5 (what the DuckDB
+    peer models)."""
     result = RoundResult()
     records = [r for r in records if r["topic"] in (HALF_TOPIC, OP_TOPIC)]
 
@@ -470,7 +474,67 @@ def reconcile(
         summary = result.summaries.get((bad["broker"], bad["queue_id"]))
         if summary is not None:
             summary.bad_records += 1
+    for summary in result.summaries.values():
+        if hold:
+            _hold(summary, result)
     return result
+
+
+def summary_row(summary: QueueSummary) -> dict[str, Any]:
+    """The queue's ``run_summary`` values: a held queue's h_safe and p_safe are null."""
+    row = {**vars(summary), **summary.counts}
+    if summary.offset_hold is not None:
+        row["h_safe"] = row["p_safe"] = None
+    return row
+
+
+# ---------------------------------------------------------------------------------------
+# Section 5, "Offsets only move forward": a held queue proposes no offset.
+
+HOLD_MISSING = "no committed offset in the offsets file: where the broker stands is unknown"
+HOLD_BAD = (
+    "bad records at or after the committed offset: the broker will read records the round"
+    " could not (table bad_records)"
+)
+
+
+def _bad_after(summary: QueueSummary, bad_records: list[dict[str, Any]]) -> bool:
+    committed = {HALF_TOPIC: summary.half_committed or 0, OP_TOPIC: summary.op_committed or 0}
+    for bad in bad_records:
+        if (bad["broker"], bad["queue_id"]) != (summary.broker, summary.queue_id):
+            continue
+        if bad["topic"] not in (HALF_TOPIC, OP_TOPIC, None):
+            continue
+        if bad["queue_offset"] is None or bad["queue_offset"] >= committed[bad["topic"]]:
+            return True
+    return False
+
+
+def _hold(summary: QueueSummary, result: RoundResult) -> None:
+    """Set the queue's hold, and null the offsets of ``consume_offsets`` it must not
+    propose (``run_summary`` shows ``h_safe``/``p_safe`` null then: ``summary_row``)."""
+    h, p = summary.half_committed, summary.op_committed
+    reasons = []
+    if h is None or p is None:
+        reasons.append(HOLD_MISSING)
+    half_back = h is not None and min(summary.h1, summary.h_safe) < h
+    op_back = p is not None and min(summary.p1, summary.p_safe) < p
+    if half_back or op_back:
+        shown = {None: "null"}
+        reasons.append(
+            f"the round ends below the committed offsets (half {shown.get(h, h)} ->"
+            f" {summary.h1}, safe {summary.h_safe}; op {shown.get(p, p)} -> {summary.p1}, safe"
+            f" {summary.p_safe}): T is before what the broker already passed, or the store's"
+            " tail is damaged or half-copied"
+        )
+    if _bad_after(summary, result.bad_records):
+        reasons.append(HOLD_BAD)
+    summary.offset_hold = "; ".join(reasons) or None
+    for row in result.consume_offsets:
+        if (row["broker"], row["queue_id"]) == (summary.broker, summary.queue_id):
+            row["offset_hold"] = summary.offset_hold
+            if summary.offset_hold is not None:
+                row["offset_after"] = row["offset_safe"] = None
 
 
 def _queue_round(

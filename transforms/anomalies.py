@@ -21,14 +21,23 @@ from pyspark.sql import types as T
 from schemas.outputs import (
     ANOMALY,
     ANOMALY_COUNT_COLUMNS,
+    ANOMALY_KINDS,
     CHECK,
     CRITICAL,
     DISCARD_CHECK_MAX,
     DISCARD_EXPIRED,
     IMMUNE,
+    IMMUNITY_EXHAUSTS_CHECKS,
     NOT_REACHED,
+    OP_BACKLOG,
+    OP_QUEUE_GAP,
+    OP_STALL_4_9,
+    RECHECK_OF_RESOLVED,
     RUN_SUMMARY,
     SEVERITIES,
+    SLOW_PRODUCER,
+    STALLED_OFFSET,
+    SYSTEM_TOPIC_OR_DELAY,
     TOO_YOUNG,
     WARNING,
 )
@@ -47,24 +56,8 @@ from transforms.params import RoundParams
 from transforms.queue_values import Attach, joined_values
 from transforms.resolve import TRANSACTION, resolving_offsets
 
-RECHECK_OF_RESOLVED = "recheck_of_resolved"
-IMMUNITY_EXHAUSTS_CHECKS = "immunity_exhausts_checks"
-SLOW_PRODUCER = "slow_producer"
-OP_BACKLOG = "op_backlog"
-OP_QUEUE_GAP = "op_queue_gap"
-STALLED_OFFSET = "stalled_offset"
-SYSTEM_TOPIC_OR_DELAY = "system_topic_or_delay"
-OP_STALL_4_9 = "op_stall_4_9"
-KINDS = (
-    RECHECK_OF_RESOLVED,
-    IMMUNITY_EXHAUSTS_CHECKS,
-    SLOW_PRODUCER,
-    OP_BACKLOG,
-    OP_QUEUE_GAP,
-    STALLED_OFFSET,
-    SYSTEM_TOPIC_OR_DELAY,
-    OP_STALL_4_9,
-)
+# The kind names are the table's vocabulary (schemas.outputs, where the report reads them).
+KINDS = ANOMALY_KINDS
 
 OP_PULL_SIZE = 32  # op records per pull of the broker's check (OP_MSG_PULL_NUMS)
 BACKLOG_CRITICAL_FACTOR = 10
@@ -136,8 +129,8 @@ def narrowed(
     - ``op_items``: the items naming the offset, or the prepared offset, of one of those
       half records (``recheck_of_resolved``, ``slow_producer``).
 
-    Without it each rule filtered every record again: about twenty scans of the round's
-    records per run (docs/benchmarks.md)."""
+    Without it each rule would filter every record again: about twenty scans of the
+    round's records per run."""
     # The distincts are not for the semi-joins' sake: their exchange runs first and tells
     # adaptive execution how few keys there are, so that the semi-join can broadcast them
     # (a filter's size estimate is that of every half record).
@@ -155,7 +148,7 @@ def narrowed(
     return RoundEvidence(half, ops, op_items, half)
 
 
-def _finding(
+def finding(
     frame: DataFrame,
     kind: str,
     severity: Column,
@@ -256,7 +249,7 @@ def recheck_of_resolved(
         counter,
         F.lit(params.check_max),
     )
-    return _finding(
+    return finding(
         acted_on,
         RECHECK_OF_RESOLVED,
         F.when(discarded, F.lit(CRITICAL)).otherwise(F.lit(WARNING)),
@@ -296,7 +289,7 @@ def immunity_exhausts_checks(pending: DataFrame, params: RoundParams) -> DataFra
         counter.cast("string"),
         F.lit(params.check_max),
     )
-    return _finding(
+    return finding(
         pending.filter(exhausts),
         IMMUNITY_EXHAUSTS_CHECKS,
         F.lit(WARNING),
@@ -321,7 +314,7 @@ def discarded_without_check(unchecked: DataFrame) -> DataFrame:
         F.col("half_offset"),
         F.col("immunity_copies"),
     )
-    return _finding(
+    return finding(
         unchecked,
         IMMUNITY_EXHAUSTS_CHECKS,
         F.lit(WARNING),
@@ -403,7 +396,7 @@ def slow_producer(evidence: RoundEvidence, pending: DataFrame, params: RoundPara
         F.col("latency")[0],
         F.col("latency")[1],
     )
-    return _finding(
+    return finding(
         groups.filter(slow),
         SLOW_PRODUCER,
         F.lit(WARNING),
@@ -442,7 +435,7 @@ def op_backlog(evidence: RoundEvidence, params: RoundParams) -> DataFrame:
         F.lit(OP_PULL_SIZE),
         F.lit(limit),
     )
-    return _finding(
+    return finding(
         per_queue.filter(F.col("backlog") > limit),
         OP_BACKLOG,
         severity.otherwise(F.lit(WARNING)),
@@ -500,7 +493,7 @@ def op_queue_gap(evidence: RoundEvidence) -> DataFrame:
         F.col("gap_end") - 1,
         missing,
     )
-    return _finding(
+    return finding(
         gaps, OP_QUEUE_GAP, F.lit(CRITICAL), missing, F.lit(0), detail, op_offset=F.col("gap_start")
     )
 
@@ -552,7 +545,7 @@ def system_topic_or_delay(pending: DataFrame) -> DataFrame:
         F.col("r.queue_offset"),
         reasons,
     )
-    return _finding(
+    return finding(
         first,
         SYSTEM_TOPIC_OR_DELAY,
         F.lit(WARNING),
@@ -594,7 +587,7 @@ def op_stall_4_9(evidence: RoundEvidence, params: RoundParams) -> DataFrame:
         F.col("p1"),
         cure,
     )
-    return _finding(
+    return finding(
         stalled,
         OP_STALL_4_9,
         F.lit(CRITICAL),
@@ -663,7 +656,7 @@ def stalled_offset(summary: DataFrame, earlier: DataFrame, params: RoundParams) 
         F.col("pending"),
     )
     is_half = F.col("t.topic") == "half"
-    return _finding(
+    return finding(
         stuck,
         STALLED_OFFSET,
         F.lit(CRITICAL),

@@ -23,27 +23,19 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from schemas.messages import DISCARD_TOPIC
-from schemas.outputs import DISCARD_HISTORY
+from schemas.outputs import DISCARD_HISTORY, DISCARD_REASONS, OUTCOMES
 from transforms.anomalies import RoundEvidence
 from transforms.merge import Facts, carried, merged
 from transforms.messages import offset_msg_id, stored_before, with_half_fields
+from transforms.operator_fields import message_keys
 from transforms.ops import named_with_times
 from transforms.params import RoundParams
 from transforms.round import LAZY
 
-# reason
-CHECK_MAX = "check_max"
-EXPIRED = "expired"
-UNDETERMINED = "undetermined"
-# outcome, in the order the rules are tried
-UNKNOWN = "unknown"
-PENDING_AGAIN = "pending_again"
-COMMITTED = "committed"
-ROLLED_BACK = "rolled_back"
-ENDED = "ended"
-UNRESOLVED = "unresolved"
-OUTCOMES = (UNKNOWN, PENDING_AGAIN, COMMITTED, ROLLED_BACK, ENDED, UNRESOLVED)
-REASONS = (CHECK_MAX, EXPIRED, UNDETERMINED)
+# reason and outcome (in the order the rules are tried): the table's vocabulary, in
+# schemas.outputs where the report reads it
+CHECK_MAX, EXPIRED, UNDETERMINED = REASONS = DISCARD_REASONS
+UNKNOWN, PENDING_AGAIN, COMMITTED, ROLLED_BACK, ENDED, UNRESOLVED = OUTCOMES
 
 # Transaction bits of a commit-log record's sysflag (MessageSysFlag): a committed real
 # message is stored with TRANSACTION_COMMIT_TYPE.
@@ -95,7 +87,7 @@ def broadcast_or_merge(discard_side: DataFrame, small: bool) -> DataFrame:
     """The discard side of a join with every half record, op item or commit: broadcast
     when ``small``, else a sort-merge join. Never left to Spark's estimate: a store read is
     a Python map over a few task ids, whose estimate is a few bytes whatever it returns,
-    so at 16m Spark planned a broadcast of 14 M commits and ran the driver out of heap."""
+    so Spark would plan a broadcast of millions of commits and run the driver out of heap."""
     return F.broadcast(discard_side) if small else discard_side.hint("merge")
 
 
@@ -116,9 +108,9 @@ def evidence_from(
     job read beside them. ``keep`` materialises the discarded transactions' half records,
     which every rule reads (the job caches them; by default they stay lazy); ``small``:
     see ``DiscardEvidence``; ``few``: the discard rows themselves are few enough to
-    broadcast against every half record (implied by ``small``; at 16m 231 678 discard
-    rows were few while their 3.9 M half records were not). Every answer gives the same
-    rows."""
+    broadcast against every half record (implied by ``small``; the discard rows can be
+    few while their half records, up to ``check_max + 2`` each, are not). Every answer gives
+    the same rows."""
     rows = discard_rows(discards, as_of_ms)
     return DiscardEvidence(
         as_of_ms=as_of_ms,
@@ -134,7 +126,9 @@ def evidence_from(
 
 
 def discard_rows(discards: DataFrame, as_of_ms: int) -> DataFrame:
-    """One row per discard record stored before T, with its transaction's fields."""
+    """One row per discard record stored before T, with its transaction's fields and what
+    an operator searches it by (``keys``, ``tags``, ``transaction_id``: the discard record
+    carries the half record's properties, so they read as in the half-row tables)."""
     fields = with_half_fields(discards.filter(stored_before(as_of_ms)))
     return fields.select(
         "broker",
@@ -147,6 +141,9 @@ def discard_rows(discards: DataFrame, as_of_ms: int) -> DataFrame:
         "check_times",
         "born_timestamp_ms",
         F.col("store_timestamp_ms").alias("discarded_at_ms"),
+        message_keys(F.col("keys_raw")).alias("keys"),
+        "tags",
+        "transaction_id",
     )
 
 

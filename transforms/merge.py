@@ -2,8 +2,8 @@
 aggregates, as one union.
 
 Joining a frame with an aggregate of records shuffles both sides, and with adaptive
-execution every shuffle or broadcast is a Spark job of its own: the round's summary alone
-took 20 jobs for a few thousand records (docs/benchmarks.md). Here each part brings rows
+execution every shuffle or broadcast is a Spark job of its own, so a summary built by joins
+costs a job per join however few its records. Here each part brings rows
 keyed like the result (``broker, queue_id`` unless said) and the aggregates that read
 them; the parts' rows are unioned (each part's columns null in the others' rows) and
 grouped once, so that the whole merge is one shuffle. Aggregates ignore nulls, so a part's

@@ -62,6 +62,7 @@ from transforms.operator_fields import (
 from transforms.ops import explode_op_items
 from transforms.params import RoundParams
 from transforms.pending_history import first_seen_now
+from transforms.picture import held, picture_anomalies
 from transforms.queue_values import joined_values
 from transforms.resolve import transaction_records
 from transforms.round_stages import (
@@ -262,8 +263,7 @@ def classify_round(
     h1s = m.per_queue(with_h1(starts, stop_facts(candidates)))
     # Kept (cached): counted per queue now, then read by every output table, the anomaly
     # rules and the discard history. Their plan has no shuffle (every join broadcasts),
-    # so a cut lineage would scan every record again for each reader (the write phase at
-    # 1m took 7 s longer so).
+    # so a cut lineage would scan every record again for each reader.
     pending = m.kept(with_statuses(candidates, h1s, m.attach))
     safe = m.per_queue(with_h_safe(h1s, status_facts(pending, params)))
     # Found once: counted per queue below, then counted and written by the job.
@@ -321,6 +321,10 @@ def _run_columns(params: RoundParams) -> list[Column]:
     ]
 
 
+# The offsets of consume_offsets that a held queue leaves null (transforms.picture).
+HELD_OFFSETS = ("offset_after", "offset_safe")
+
+
 def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
     per_topic = F.explode(
         F.array(
@@ -340,7 +344,7 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
             ),
         )
     ).alias("row")
-    rows = queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, per_topic)
+    rows = queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, per_topic, "offset_hold")
     return rows.select(
         "broker",
         F.col("row.topic").alias("topic"),
@@ -350,8 +354,14 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
         "row.offset_before",
         "row.offset_after",
         "row.offset_safe",
+        "offset_hold",
         *_run_columns(params),
-    ).select(*[F.col(f.name).cast(f.dataType) for f in CONSUME_OFFSETS.fields])
+    ).select(
+        *[
+            (held(f.name) if f.name in HELD_OFFSETS else F.col(f.name)).cast(f.dataType)
+            for f in CONSUME_OFFSETS.fields
+        ]
+    )
 
 
 # run_summary columns only the writer knows (null in the frames a notebook gets).
@@ -386,32 +396,33 @@ def shape_outputs(state: RoundState) -> RoundOutputs:
     since = first_seen_now(params.run_id, params.as_of_ms)
     pending_rows = _half_rows(pending, params, [F.col("status"), *since, *run])
     attention = attention_counts(pending, params)
-    anomalies = _anomalies(state)
-    summary = (
-        state.queues.join(attention, QUEUE_KEY, how="left")
-        .select(
-            *QUEUE_KEY,
-            "h0",
-            "h1",
-            "h_safe",
-            "p0",
-            "p1",
-            "p_safe",
-            *CLASSES,
-            "bad_records",
-            # Filled by the job from discard_history (null when it is not computed).
-            F.lit(None).cast(T.LongType()).alias("discard_history_rows"),
-            *[
-                F.coalesce(F.col(name), F.lit(0)).alias(name)
-                for name in ("discard_next_round", "past_last_check")
-            ],
-            "warnings",
-            *_settings_columns(params),
-            *[F.lit(None).alias(name) for name in WRITER_FILLED],
-            *run,
-        )
-        .transform(with_anomaly_counts, anomalies)
+    summary_rows = state.queues.join(attention, QUEUE_KEY, how="left").select(
+        *QUEUE_KEY,
+        "h0",
+        "h1",
+        held("h_safe"),
+        "p0",
+        "p1",
+        held("p_safe"),
+        *CLASSES,
+        "bad_records",
+        # Filled by the job from discard_history (null when it is not computed).
+        F.lit(None).cast(T.LongType()).alias("discard_history_rows"),
+        *[
+            F.coalesce(F.col(name), F.lit(0)).alias(name)
+            for name in ("discard_next_round", "past_last_check")
+        ],
+        "warnings",
+        *_settings_columns(params),
+        *[F.lit(None).alias(name) for name in WRITER_FILLED],
+        "offset_hold",
+        *run,
     )
+    # What may make the picture wrong is a finding too: listed first, and --fail-on
+    # covers it.
+    picture = with_run_columns(picture_anomalies(summary_rows), params)
+    anomalies = _anomalies(state).unionByName(picture)
+    summary = summary_rows.transform(with_anomaly_counts, anomalies)
     bad_records = state.bad_records.select(*BAD_RECORD.fieldNames(), *run)
     return RoundOutputs(
         check_requests=check_requests,

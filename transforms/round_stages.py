@@ -40,6 +40,7 @@ from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with
 from transforms.offsets import p1_and_p_safe
 from transforms.ops import named_offsets, unparsable_items
 from transforms.params import RoundParams
+from transforms.picture import BAD_PLACES, bad_record_places, offset_hold
 from transforms.queue_values import Attach, joined_values
 from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
 
@@ -206,9 +207,12 @@ def _known_queue() -> Column:
 
 
 def bad_record_facts(bad_records: DataFrame) -> Facts:
-    """``bad_records`` per queue (queue -1 for an unknown queue)."""
-    rows = bad_records.select("broker", _known_queue(), F.lit(1).alias("_bad"))
-    return Facts(rows, (F.count("_bad").alias("bad_records"),))
+    """``bad_records`` per queue (queue -1 for an unknown queue), and where they lie
+    (``transforms.picture.bad_record_places``: what holds a queue's offsets)."""
+    keyed = bad_records.select("broker", _known_queue(), "topic", "queue_offset")
+    places = bad_record_places(keyed)
+    rows = places.rows.withColumn("_bad", F.lit(1))
+    return Facts(rows, (F.count("_bad").alias("bad_records"), *places.aggregates))
 
 
 def note_facts(notes: DataFrame) -> Facts:
@@ -218,10 +222,11 @@ def note_facts(notes: DataFrame) -> Facts:
 
 
 def queue_summary(queues: DataFrame, *facts: Facts) -> DataFrame:
-    """One row per queue: offsets, class counts, bad records, warnings (``RoundState``).
-    ``queues`` has the offsets up to h_safe and the status counts; ``facts`` are
-    ``window_facts`` (``transforms.offsets``), ``bad_record_facts`` and ``note_facts``,
-    merged in one aggregate.
+    """One row per queue: offsets, class counts, bad records, warnings and
+    ``offset_hold`` (``transforms.picture``: why its offsets must not be installed, or
+    null) (``RoundState``). ``queues`` has the offsets up to h_safe and the status counts;
+    ``facts`` are ``window_facts`` (``transforms.offsets``), ``bad_record_facts`` and
+    ``note_facts``, merged in one aggregate.
 
     Bad records and reader notes of queues outside the domain (e.g. a queue whose only
     record is unreadable, or a corrupt commit-log region with no queue) still get a row:
@@ -230,7 +235,7 @@ def queue_summary(queues: DataFrame, *facts: Facts) -> DataFrame:
     counts = {name: F.coalesce(F.col(name), F.lit(0)).cast("long") for name in STATUS_COUNTS}
     unresolved = sum((counts[name] for name in UNRESOLVED_BEFORE_H1), F.lit(0))
     resolved = F.coalesce(F.col("in_window"), F.lit(0)) - unresolved
-    return joined.select(
+    summary = joined.select(
         "broker",
         F.when(F.col("queue_id") != _UNKNOWN_QUEUE, F.col("queue_id")).alias("queue_id"),
         "h_committed",
@@ -250,4 +255,7 @@ def queue_summary(queues: DataFrame, *facts: Facts) -> DataFrame:
         F.col("stop_offset").alias("stopped_at"),
         "first_live_copy",
         "newest_ms",
+        *BAD_PLACES,
     )
+    # Decided over the offsets just computed (p1 and p_safe are the select's own columns).
+    return summary.withColumn("offset_hold", offset_hold()).drop(*BAD_PLACES)

@@ -75,8 +75,8 @@ def release_pages(buf: np.ndarray, start: int, stop: int) -> None:
     """Unmap the pages of ``buf[start:stop]`` (a file opened by ``open_read_only``) from this
     process; the file and the page cache are untouched, and a later read of them maps them
     again. A worker that follows a queue through a 1 GiB commit-log file otherwise keeps every
-    page it touched mapped until the file is done, which counts in its memory (at 16m, two
-    workers held 1.8 GiB of mapped commit log). A no-op for other arrays."""
+    page it touched mapped until the file is done, which counts in its memory: on a large
+    store, the run's peak. A no-op for other arrays."""
     mapped = getattr(buf, "_mmap", None)
     if mapped is None or not hasattr(mapped, "madvise") or stop <= start:
         return

@@ -50,8 +50,7 @@ COMMITS_COMBINED_ARROW = _combined_arrow(codec.lean_record_schema({}, UNUSED_BY_
 # In the lean batches (what the job caches), a transaction id equal to the record's UNIQ_KEY
 # travels as this value (a property value is never empty: ``fields._split_entries``); the
 # reader puts UNIQ_KEY back (``reader.restored_transaction_id``). A producer sets the one to
-# the other, so the cache holds one unique string per record instead of two (at 1m, 77.0
-# cached bytes per record against 81.4).
+# the other, so the cache holds one unique string per record instead of two.
 SAME_AS_UNIQ_KEY = ""
 TRANSACTION_ID, UNIQ_KEY = PROPERTY_COLUMNS[PROP_TRANSACTION_ID], PROPERTY_COLUMNS[PROP_UNIQ_KEY]
 

@@ -3,12 +3,14 @@
 ``docs/spec/rocketmq-store.md`` is the layout in prose; this module is it in code, for the
 decoder (``connectors.rocketmq.codec``) and for the simulator's writer alike: magic codes,
 system flags, record sizes (``record_sizes``, RocketMQ's ``calMsgLength``), the end-of-file
-rule (``fits_in_file``, ``place_records``), consume-queue entries, file names and the Java
-string hash of tags codes and ``HashMap`` order. Every integer on disk is big-endian.
+rule (``fits_in_file``, ``place_records``), consume-queue entries, file names (and which
+topic names can be a folder: ``topic_path_problem``) and the Java string hash of tags codes
+and ``HashMap`` order. Every integer on disk is big-endian.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +60,41 @@ def file_start_offset(name: str) -> int | None:
 
 def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
+
+
+# The longest name a folder can have on the file systems a store lives on (NAME_MAX), in bytes.
+NAME_MAX_BYTES = 255
+
+
+def topic_path_problem(topic: str) -> str | None:
+    """Why ``topic`` cannot be a folder of ``consumequeue/`` (None when it can). A topic
+    named by a record (``REAL_TOPIC``) is any text of any length (a v2 record carries a
+    two-byte topic length, and 5.x writes names longer than 127 characters): every such
+    name is looked for, but one that is not exactly one folder name (empty, ``.``/``..``,
+    a path separator, a NUL, too long for a file name) would lead out of the store or
+    fail, so it is never joined to a path. The text completes "its name ..."."""
+    if topic in ("", ".", ".."):
+        return "is empty" if not topic else f"is {topic!r}"
+    if "/" in topic or (os.altsep and os.altsep in topic) or os.sep in topic:
+        return "holds a path separator"
+    if "\x00" in topic:
+        return "holds a NUL character"
+    try:
+        encoded = os.fsencode(topic)
+    except UnicodeError:
+        return "cannot be encoded as a file name"
+    if len(encoded) > NAME_MAX_BYTES:
+        return f"is {len(encoded)} bytes long, more than a file name can be ({NAME_MAX_BYTES})"
+    return None
+
+
+def topic_folder(root: Path, topic: str) -> Path:
+    """``root/consumequeue/<topic>``; ValueError for a name ``topic_path_problem`` refuses
+    (a caller checks names first and reports them)."""
+    problem = topic_path_problem(topic)
+    if problem is not None:
+        raise ValueError(f"topic {topic!r}: its name {problem}; it is no folder of consumequeue/")
+    return root / "consumequeue" / topic
 
 
 # --- consume queue -------------------------------------------------------------------------------

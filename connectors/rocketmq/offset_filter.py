@@ -3,15 +3,15 @@
 The discard history looks in the business queues for the committed message of each
 discarded transaction: a commit whose prepared-transaction offset is the commit-log offset
 of one of its half records. The real queues hold every committed message of the store
-(14 M at 16m, for 231 678 discard records), and decoding and caching them all was the
-discard history's largest stage. A filter of the wanted offsets, built from the
+(far more than the discarded transactions), and decoding and caching them all would be
+the discard history's largest stage. A filter of the wanted offsets, built from the
 discarded transactions' half records, lets a read task decode only the commits that may
 be wanted, reading no more than the fixed fields of the others.
 
 A Bloom filter has no false negative: every wanted commit is decoded, and the join after
 the read drops the false positives (well under 1 % of the others), so the rows are those
 of an unfiltered read. Its size is the driver's cost (one row per broker, about
-``BITS_PER_KEY`` bits per offset: 8 MiB at 16m), not the records'.
+``BITS_PER_KEY`` bits per offset: megabytes for millions of offsets), not the records'.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from connectors.errors import InputError
-from connectors.rocketmq import codec
+from connectors.rocketmq import codec, layout
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY
 from connectors.rocketmq.store_kind import check_supported
 from schemas.messages import HALF_TOPIC, OP_TOPIC
@@ -39,7 +39,7 @@ TASK_ENTRIES = 200_000
 MIN_TASK_ENTRIES = 1_024
 SCAN_BYTES_PER_ENTRY = 128  # weight of a commit-log scan, in entries, per byte
 _TAIL_BLOCK = 1 << 16  # bytes read at a time in the search for a file's last entry (a full
-# file: one block, so a 16m store's few hundred files cost a few MB of reads)
+# file: one block, so a store of a few hundred files costs a few MB of reads)
 
 Note = tuple[str, int | None, str]  # (broker, queue id or None, text)
 OffsetFile = tuple[str, int, int]  # (file name, start offset, size)
@@ -196,11 +196,12 @@ def written_entries(path: Path, size: int) -> int:
 
 
 def _present_queues(root: Path, topics: Sequence[str]) -> dict[str, dict[int, list[OffsetFile]]]:
-    """Topic -> queue id -> the files of its consume-queue directory."""
+    """Topic -> queue id -> the files of its consume-queue directory (ValueError for a
+    topic name that cannot be a folder: ``layout.topic_folder``)."""
     present: dict[str, dict[int, list[OffsetFile]]] = {}
     for topic in topics:
         queues: dict[int, list[OffsetFile]] = {}
-        topic_dir = root / "consumequeue" / topic
+        topic_dir = layout.topic_folder(root, topic)
         if topic_dir.is_dir():
             for entry in sorted(os.scandir(topic_dir), key=lambda e: e.name):
                 if entry.is_dir() and entry.name.isdigit():

@@ -25,8 +25,8 @@ CHUNK_RECORDS = 65_536
 CHUNK_BYTES = 64 << 20
 # ... and spans at most this much of the file: what a worker keeps mapped while it decodes a
 # chunk (``codec.release_pages`` unmaps it after). A queue's records are spread over the
-# commit log among other queues' (the op records of a 1 GiB file, a few thousand, mapped
-# 921 MiB of it as one chunk).
+# commit log among other queues' (a chunk of a few thousand op records can span most of a
+# 1 GiB file).
 CHUNK_SPAN = 128 << 20
 # The reason of a consume-queue entry whose commit-log place holds no record: the entry is
 # the bad record, and the place it names is in the text (a commit-log scan that meets the

@@ -9,19 +9,31 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
 from connectors.delta import DeltaRsOutput, OutputWriter
 from schemas.outputs import DISCARD_HISTORY, DISCARD_HISTORY_TABLE
 from tests.robustness.store import rows_of
 
+# What a discard_history table was written with before it had the search columns.
+SEARCH_COLUMNS = ("keys", "tags", "transaction_id")
+WITHOUT_SEARCH = T.StructType([f for f in DISCARD_HISTORY.fields if f.name not in SEARCH_COLUMNS])
+
 
 def _rows(
-    spark: SparkSession, run_id: str, as_of: int, rows: list[tuple[str, int, str]]
+    spark: SparkSession,
+    run_id: str,
+    as_of: int,
+    rows: list[tuple[str, int, str]],
+    schema: T.StructType = DISCARD_HISTORY,
 ):  # -> DataFrame
-    """discard_history rows of one run: (broker, discard_offset, outcome), first seen now."""
+    """discard_history rows of one run: (broker, discard_offset, outcome), first seen now;
+    with the search columns, ``keys`` = [``KEY-<offset>``]."""
     values = []
     for broker, offset, outcome in rows:
-        row = dict.fromkeys(DISCARD_HISTORY.fieldNames())
+        row = dict.fromkeys(schema.fieldNames())
+        if "keys" in row:
+            row.update(keys=[f"KEY-{offset}"], transaction_id=f"TX-{offset}")
         row.update(
             broker=broker,
             discard_offset=offset,
@@ -32,7 +44,7 @@ def _rows(
             as_of_ms=as_of,
         )
         values.append(tuple(row.values()))
-    return spark.createDataFrame(values, DISCARD_HISTORY)
+    return spark.createDataFrame(values, schema)
 
 
 def _table(root: Path) -> dict[tuple[str, int], tuple[str, str, str]]:
@@ -70,6 +82,34 @@ def check_merge(spark: SparkSession, writer: OutputWriter, root: Path) -> None:
     assert _table(root) == expected
 
 
+def check_old_root_gains_search_columns(
+    spark: SparkSession, writer: OutputWriter, root: Path
+) -> None:
+    """An output root whose discard_history was written without ``keys``, ``tags`` and
+    ``transaction_id`` accepts the merge: the columns are added, its rows keep null there
+    until a run updates them."""
+    writer.ensure_table(DISCARD_HISTORY_TABLE, WITHOUT_SEARCH)
+    old = _rows(spark, "r1", 100, [("a", 0, "unresolved"), ("a", 1, "unresolved")], WITHOUT_SEARCH)
+    assert writer.merge_rows(DISCARD_HISTORY_TABLE, old, WITHOUT_SEARCH) == 2
+
+    writer.ensure_table(DISCARD_HISTORY_TABLE, DISCARD_HISTORY)
+    new = _rows(spark, "r2", 200, [("a", 1, "committed"), ("a", 2, "unresolved")])
+    assert writer.merge_rows(DISCARD_HISTORY_TABLE, new, DISCARD_HISTORY) == 2
+
+    assert set(DISCARD_HISTORY.fieldNames()) <= set(
+        DeltaTable(str(root / DISCARD_HISTORY_TABLE)).schema().to_arrow().names
+    )
+    got = {
+        r["discard_offset"]: (r["outcome"], r["first_seen_run_id"], r["keys"], r["transaction_id"])
+        for r in rows_of(root, DISCARD_HISTORY_TABLE)
+    }
+    assert got == {
+        0: ("unresolved", "r1", None, None),  # not read since: as it was
+        1: ("committed", "r1", ["KEY-1"], "TX-1"),
+        2: ("unresolved", "r2", ["KEY-2"], "TX-2"),
+    }
+
+
 def test_delta_rs_merges_discard_history(spark: SparkSession, tmp_path: Path) -> None:
     root = tmp_path / "out"
     check_merge(spark, DeltaRsOutput(spark, root), root)
@@ -77,3 +117,10 @@ def test_delta_rs_merges_discard_history(spark: SparkSession, tmp_path: Path) ->
         p.name for p in (root / DISCARD_HISTORY_TABLE).iterdir() if p.name.startswith("_merge")
     ]
     assert leftovers == []  # the scratch folder is gone
+
+
+def test_delta_rs_merges_into_a_discard_history_without_the_search_columns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    root = tmp_path / "out"
+    check_old_root_gains_search_columns(spark, DeltaRsOutput(spark, root), root)

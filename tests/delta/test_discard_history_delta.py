@@ -9,7 +9,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.delta import DeltaSparkOutput
-from tests.connectors.test_discard_history_merge import check_merge
+from tests.connectors.test_discard_history_merge import (
+    check_merge,
+    check_old_root_gains_search_columns,
+)
 
 pytestmark = pytest.mark.delta
 
@@ -17,3 +20,10 @@ pytestmark = pytest.mark.delta
 def test_delta_spark_merges_discard_history(spark: SparkSession, tmp_path: Path) -> None:
     root = tmp_path / "out"
     check_merge(spark, DeltaSparkOutput(spark, str(root)), root)
+
+
+def test_delta_spark_merges_into_a_discard_history_without_the_search_columns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    root = tmp_path / "out"
+    check_old_root_gains_search_columns(spark, DeltaSparkOutput(spark, str(root)), root)

@@ -44,15 +44,16 @@ def _submit(tmp_path: Path, delta: bool, *extra: str) -> tuple[subprocess.Comple
 
 
 def _job_lines(result: subprocess.CompletedProcess) -> str:
-    """The job's own lines: spark-submit runs Python with its stderr merged into stdout."""
-    return "\n".join(line for line in result.stdout.splitlines() if not line.startswith("\t"))
+    """The job's own lines on stderr (spark-submit merges the driver script's stderr into
+    its stdout: the job writes them to the JVM's stderr, jobs/progress.py)."""
+    return "\n".join(line for line in result.stderr.splitlines() if not line.startswith("\t"))
 
 
 def test_packaged_job_writes_through_delta_spark_under_spark_submit(tmp_path: Path) -> None:
     result, output = _submit(tmp_path, True, "--run-id", "submitted", "--writer", "delta-spark")
 
     assert result.returncode == 0, _job_lines(result)[-3000:]
-    assert "writing through DeltaSparkOutput" in result.stdout
+    assert "writing through DeltaSparkOutput" in result.stderr
     pending = sorted(
         (r["half_offset"], r["status"]) for r in read_table(output, "pending").to_pylist()
     )
@@ -68,11 +69,11 @@ def test_delta_spark_without_delta_jars_under_spark_submit_is_one_line_exit_2(
     result, output = _submit(tmp_path, False, "--writer", "delta-spark")
 
     assert result.returncode == 2, _job_lines(result)[-3000:]
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --writer delta-spark: this Spark session cannot load Delta"), (
         last
     )
-    assert "Traceback" not in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
     assert not (output / "pending").exists()
 
 

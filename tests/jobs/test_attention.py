@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from jobs.attention import attention_lines, settings_line
 from jobs.reconcile import format_summary
 
@@ -17,7 +19,7 @@ def summary(broker: str, **counts: int) -> dict:
     return {**row, **counts}
 
 
-def offsets(broker: str, topic: str, committed: int | None, safe: int) -> dict:
+def offsets(broker: str, topic: str, committed: int | None, safe: int | None) -> dict:
     return {
         "broker": broker,
         "topic": topic,
@@ -42,7 +44,7 @@ def test_urgent_first_then_the_offsets_to_install_with_the_command() -> None:
         "4 transaction(s) discarded this round: table discards",
         f"offsets to install into stopped broker b: {HALF} queue 0 26 -> 31, {OP} queue 0 None -> 6:"
         " python -m jobs.offsets install out/offset_fragments/b/consumerOffset.safe.json"
-        " --into <copy of its config/consumerOffset.json>",
+        " --into <its store>/config/consumerOffset.json",
     ]
 
 
@@ -68,3 +70,22 @@ def test_the_printed_summary_echoes_the_settings_before_the_attention_lines() ->
         "needs attention first:",
         "  1 transaction(s) discarded this round: table discards",
     ]
+
+
+def test_what_may_make_the_picture_wrong_comes_before_any_count() -> None:
+    held = summary("a", discard_expired=3, bad_records=2, offset_hold="no committed offset")
+    held["warnings"] = ["the store looks copied"]
+    rows = [held, summary("b", discard_next_round=1)]
+    moves = [offsets("a", HALF, None, None), offsets("b", HALF, 4, 4)]
+
+    lines = attention_lines(rows, moves, "out", ["as-of auto: latest"])
+
+    bad_table = Path("out").resolve() / "bad_records"
+    assert lines[:4] == [
+        "as-of auto: latest",
+        "a queue 0: offsets held, nothing to install: no committed offset",
+        f"2 bad half/op record(s) took no part in the round (a queue 0: 2): rows in {bad_table};"
+        " the picture leaves them out",
+        "a queue 0: the store looks copied",
+    ]
+    assert lines[-1] == "offsets: nothing to install (held queues above)"

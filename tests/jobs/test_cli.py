@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -13,6 +14,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from jobs.cli import error_line
+from jobs.extract import age_text
 from jobs.reconcile import main
 from schemas.outputs import TABLE_SCHEMAS
 from tests.jobs.segments import (
@@ -22,6 +24,9 @@ from tests.jobs.segments import (
     write_json_segments,
     write_parquet_segments,
 )
+from tests.robustness.store import T as STORE_T
+from tests.robustness.store import base_rows
+from tests.robustness.store import write as write_store
 from tests.spark_cache import holds_cached_frames
 
 # Whole runs of the job: `make test-runs`, not `make test`.
@@ -139,6 +144,7 @@ def test_run_writes_six_tables_with_spec_columns_and_a_rerun_leaves_one_copy(
         "consumerOffset.after.json",
         "consumerOffset.committed.json",
         "consumerOffset.safe.json",
+        "fragment.json",
     ]
     fragment = (fragments / "consumerOffset.safe.json").read_text()
     assert "RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS" in fragment and "0:2" in fragment
@@ -155,6 +161,42 @@ def test_as_of_latest_is_one_ms_after_the_newest_record(
     summary = read_table(output, "run_summary").to_pylist()
     assert {row["as_of_ms"] for row in summary} == {NEWEST_STORE_MS + 1}
     assert all(row["run_id"].startswith(f"r{NEWEST_STORE_MS + 1}-") for row in summary)
+
+
+@pytest.mark.parametrize(
+    ("as_of", "needle"),
+    [
+        ("1749999999", "as seconds it is 2025-06-15T15:06:39Z: give --as-of 1749999999000"),
+        ("-5", "is negative (1969-12-31T23:59:59.995Z, before 1970)"),
+        (str(STORE_T - 60_000), "not after the oldest half/op record of broker b"),
+    ],
+)
+def test_a_bad_as_of_is_exit_2_before_spark_starts(tmp_path: Path, as_of: str, needle: str) -> None:
+    store, output = tmp_path / "b", tmp_path / "out"
+    write_store(store, base_rows())  # stored from T - 60 s + 1 ms
+    result = run_cli("--store", str(store), "--output", str(output), "--as-of", as_of)
+    assert_one_line_error(result, needle)
+    assert not output.exists()
+
+
+def test_the_default_as_of_on_a_copied_store_is_latest_and_says_so(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, output = tmp_path / "b", tmp_path / "out"
+    rows = write_store(store, base_rows())
+    newest = max(row["store_timestamp_ms"] for row in rows)
+    assert main(["--store", str(store), "--output", str(output)], spark=spark) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "as-of auto" in line]
+    assert line.endswith(
+        "as-of auto: latest (broker b's newest half/op record is"
+        f" {age_text(int(time.time() * 1000) - newest)} old, a live broker's is at most 90 s"
+        " old: the store looks copied)"
+    )
+    summary = read_table(output, "run_summary").to_pylist()
+    assert {row["as_of_ms"] for row in summary} == {newest + 1}
+    # The choice is a warning on the queue (once: T = latest raises no stale-store warning).
+    copied = [w for row in summary for w in row["warnings"] if "looks copied" in w]
+    assert len(copied) == 1 and line.endswith(copied[0])
 
 
 def test_json_segments_give_the_same_round_as_parquet(spark: SparkSession, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def build_store(root: Path) -> dict[str, dict[str, Any]]:
             )
             for i, (name, age, props) in enumerate(
                 [
-                    ("open", 300 * S, {}),
+                    ("open", 300 * S, {"KEYS": "ORD-7 ORD-8", "TAGS": "TagA"}),
                     ("committed_early", 300 * S, {}),
                     ("committed_late", 300 * S, {}),
                     ("gone_queue", 300 * S, {"REAL_TOPIC": "TopicGone"}),
@@ -146,6 +146,9 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     assert {row["run_id"] for row in late.values()} == {"late"}
     open_row = late[at["open"]]
     assert open_row["resume_offset_msg_id"] == open_row["offset_msg_id"] is not None
+    # Searchable by what the half record carried (no __transactionId__: null).
+    searched = (open_row["keys"], open_row["tags"], open_row["transaction_id"])
+    assert searched == (["ORD-7", "ORD-8"], "TagA", None)
     summary = rows_of(out, "run_summary", "late")
     assert {r["discard_history_rows"] for r in summary} == {len(d)}
     # Every other transaction has a check copy (a counter without TRAN_PREPARED_QUEUE_OFFSET)
@@ -208,3 +211,52 @@ def test_exported_discards_end_as_ended_and_bad_ones_are_bad_records(
     (summary,) = rows_of(out, "run_summary", "x")
     assert summary["discard_history_rows"] == 2
     assert any(i.startswith("discards:parquet:b:") for i in summary["inputs"])
+
+
+# A 5.x real topic longer than the 127 characters a v1 record carries, and a name that
+# cannot be a path (a REAL_TOPIC property is any text).
+LONG_TOPIC = "Orders_" + "x" * 188 + "_eu-1"
+UNSAFE_TOPIC = "../etc"
+
+
+def test_a_long_real_topic_is_read_and_a_name_unsafe_as_a_path_is_one_note(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A discarded transaction committed into a 200-character topic is `committed` (its
+    queue is read through its consume queue); two discarded transactions whose real topic
+    is `../etc` (queues 1 and 2), ended by an op, are `ended`, and the summary says so in
+    one note line."""
+    store, out = tmp_path / "broker-a", tmp_path / "out"
+    with StoreWriter(store, commitlog_file_size=1 << 20, cq_file_entries=64) as writer:
+        props = [(LONG_TOPIC, "1"), (UNSAFE_TOPIC, "1"), (UNSAFE_TOPIC, "2")]
+        h = _append(
+            writer,
+            [
+                _at(
+                    half(
+                        i,
+                        age_ms=300 * S,
+                        TRANSACTION_CHECK_TIMES="15",
+                        REAL_TOPIC=topic,
+                        REAL_QID=qid,
+                    ),
+                    T - 200 * S,
+                )
+                for i, (topic, qid) in enumerate(props)
+            ],
+        )
+        d = _append(writer, [discard_of(row, T - 100 * S, 16) for row in h])
+        _append(writer, [op_naming(h, T - 50 * S, BROKER_HOST), commit_of(h[0], T - 50 * S)])
+    write_consumer_offsets(
+        store / "config" / "consumerOffset.json", {HALF_KEY: {0: len(h)}, OP_KEY: {0: 1}}
+    )
+    argv = ["--store", f"a={store}", "--output", str(out), "--as-of", str(T), "--run-id", "r"]
+    assert main(argv, spark=spark) == 0
+
+    got = {row["discard_offset"]: row["outcome"] for row in rows_of(out, "discard_history")}
+    assert got == {d[0]["queue_offset"]: "committed", **{r["queue_offset"]: "ended" for r in d[1:]}}
+    notes = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert notes == [
+        "  note: a: real topic '../etc' is not read: its name holds a path separator, so it is"
+        " never made a path; the ended transactions of its queue(s) 1, 2 show as ended"
+    ]

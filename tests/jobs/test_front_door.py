@@ -96,18 +96,29 @@ def _store(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("where", ["a file", "the store", "inside the store"])
+@pytest.mark.parametrize(
+    "where", ["a file", "the store", "inside the store", "under a file", "immutable"]
+)
 def test_a_bad_output_is_exit_2_before_spark_starts(tmp_path: Path, where: str) -> None:
     store = _store(tmp_path / "store")
     output = {
         "a file": tmp_path / "out.txt",
         "the store": store,
         "inside the store": store / "config" / "out",
+        "under a file": tmp_path / "out.txt" / "out",
+        "immutable": tmp_path / "locked",
     }[where]
-    if where == "a file":
-        output.write_text("not a directory")
+    if where in ("a file", "under a file"):
+        (tmp_path / "out.txt").write_text("not a directory")
+    if where == "immutable":  # chattr missing fails the test (check=True), never skips it
+        output.mkdir()
+        subprocess.run(["chattr", "+i", str(output)], check=True, capture_output=True)
 
-    result = run_cli("--store", str(store), "--output", str(output))
+    try:
+        result = run_cli("--store", str(store), "--output", str(output))
+    finally:
+        if where == "immutable":
+            subprocess.run(["chattr", "-i", str(output)], check=True, capture_output=True)
 
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -128,6 +139,24 @@ def test_the_console_script_is_installed_and_in_the_readme() -> None:
         [str(VENV_BIN / "rmq-txn-reconcile"), "--help"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0 and "--check-max" in result.stdout
+    # It names itself as it was started, and ends with an example and the exit codes.
+    assert result.stdout.startswith("usage: rmq-txn-reconcile [-h]")
+    assert "example:\n  rmq-txn-reconcile --store " in result.stdout
+    codes = result.stdout.split("exit codes:\n", 1)[1]
+    assert [line.split()[0] for line in codes.splitlines()] == ["0", "1", "2", "3", "130/143"]
+
+
+def test_help_through_the_module_names_the_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "jobs.reconcile", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: python -m jobs.reconcile [-h]")
+    assert "example:\n  python -m jobs.reconcile --store " in result.stdout
 
 
 def test_make_help_aligns_every_target() -> None:
@@ -144,6 +173,9 @@ def test_make_help_aligns_every_target() -> None:
     # Every description starts in the same column.
     starts = {len(re.match(r"(\s*make\s+\S+\s+)", line).group(1)) for line in lines}
     assert len(starts) == 1
+    # A text that names a variable shows its value (HELP_VARS), never the raw $(NAME).
+    assert "$(" not in result.stdout
+    assert "newest run in sample/output " in result.stdout
 
 
 def test_make_run_simulates_again_when_sample_transactions_changes(tmp_path: Path) -> None:

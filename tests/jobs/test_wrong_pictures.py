@@ -31,6 +31,12 @@ def _summary(output: Path) -> dict:
     return row
 
 
+def _attention(printed: str) -> str:
+    """The summary's block of what needs attention first (before the anomalies and counts)."""
+    begin = printed.index("needs attention first:")
+    return printed[begin : printed.index("\nanomalies", begin)]
+
+
 def test_as_of_now_on_a_copied_store_warns_and_names_as_of_latest(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -44,7 +50,7 @@ def test_as_of_now_on_a_copied_store_warns_and_names_as_of_latest(
     assert "--as-of latest" in warning
     assert f"{AS_OF + HOUR_MS - NEWEST_STORE_MS} ms before T" in warning
     out = capsys.readouterr().out
-    assert f"warning: {warning}" in out
+    assert f" queue 0: {warning}" in _attention(out)  # said first, before any count
 
 
 def test_a_recent_newest_record_gives_no_stale_warning(
@@ -176,7 +182,7 @@ def test_the_bak_gives_the_offsets_with_a_warning_naming_it(
         " config/consumerOffset.json.bak"
     )
     assert summary["warnings"] == [warning]
-    assert f"warning: {warning}" in printed
+    assert f"{broker} queue 0: {warning}" in printed
 
 
 def test_no_offsets_file_starts_at_the_head_with_a_warning_per_topic(offsets_outcome) -> None:
@@ -192,7 +198,7 @@ def test_no_offsets_file_starts_at_the_head_with_a_warning_per_topic(offsets_out
     )
     assert half_warning.endswith("starting at the queue's smallest available offset 0")
     assert op_warning.startswith("RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0: no committed offset")
-    assert f"warning: {half_warning}" in printed
+    assert f"none queue 0: {half_warning}" in printed
 
 
 def test_a_missing_key_starts_that_topic_at_the_head_naming_the_file(offsets_outcome) -> None:

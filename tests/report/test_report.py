@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import zlib
+from datetime import UTC, datetime
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,6 +27,7 @@ from deltalake import write_deltalake
 
 from connectors.arrow import to_arrow_schema
 from jobs import report
+from jobs.attention import attention_lines
 from schemas.outputs import (
     ANOMALIES,
     BAD_RECORDS,
@@ -90,6 +93,8 @@ def _half_row(
         "age_ms": age_ms,
         "check_times": counter,
         "immunity_ms": 6000,
+        # The check interval is 30 s, check_max 15.
+        "discard_at_ms": as_of + 30_000 * max(1, 15 - (counter or 0)),
     }
 
 
@@ -371,6 +376,245 @@ def test_a_run_with_nothing_pending_still_has_every_plot(tmp_path) -> None:
     text = report.write_report(out).read_text()
 
     assert all(f'id="plot-{name}"' in text for name in report.PLOTS)
+
+
+# --- how the page reads ----------------------------------------------------------------------
+
+
+class Page(HTMLParser):
+    """The page as a reader sees it: the text of every table cell under its header, the
+    attention items, and the order of the elements that carry an id or a class."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tables: dict[str, list[dict[str, str]]] = {}
+        self.headers: dict[str, list[str]] = {}
+        self.attention: list[str] = []
+        self.order: list[tuple[str, dict[str, str]]] = []
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self._row: list[str] = []
+        self._in_attention = False
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = {k: v or "" for k, v in attrs}
+        self.order.append((tag, attr))
+        if tag == "table":
+            self._table = attr["id"].removeprefix("table-")
+            self.tables[self._table], self.headers[self._table] = [], []
+        elif tag == "ul" and attr.get("id") == "attention":
+            self._in_attention = True
+        elif tag in ("td", "th", "li"):
+            self._cell = []
+        elif tag == "tr":
+            self._row = []
+
+    def handle_endtag(self, tag: str) -> None:
+        text = "".join(self._cell or []).strip()
+        if tag == "th" and self._table:
+            self.headers[self._table].append(text)
+        elif tag == "td" and self._table:
+            self._row.append(text)
+        elif tag == "tr" and self._table and self._row:
+            self.tables[self._table].append(
+                dict(zip(self.headers[self._table], self._row, strict=True))
+            )
+        elif tag == "li" and self._in_attention:
+            self.attention.append(text)
+        elif tag == "ul":
+            self._in_attention = False
+        elif tag == "table":
+            self._table = None
+        if tag in ("td", "th", "li"):
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def first(self, tag: str, **attrs: str) -> int:
+        """Position of the first element with this tag (and these attribute values)."""
+        return next(
+            i
+            for i, (t, a) in enumerate(self.order)
+            if t == tag and all(value in a.get(key, "").split() for key, value in attrs.items())
+        )
+
+    def column(self, table: str, header: str) -> list[str]:
+        return [row[header] for row in self.tables[table]]
+
+
+def _iso(ms: int) -> str:
+    instant = datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    return instant.replace("+00:00", "Z")
+
+
+ISO_INSTANT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+DAMAGED_RUN, DAMAGED_AS_OF = "run-damaged", 1_749_999_641_174
+HOLD = "the round ends below the committed offsets (half 4229 -> 3389; op 583 -> 473)"
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory) -> Path:
+    """A run over a store whose commit log lost its tail: the committed offsets are beyond
+    the readable end (4229 -> 3389, 583 -> 473), so they are held; 1 379 bad records (1 100
+    of the half queue, 279 without a known queue), nothing resolved, two pending and two
+    findings of one kind."""
+    out = tmp_path_factory.mktemp("damaged")
+    run = {"run_id": DAMAGED_RUN, "as_of_ms": DAMAGED_AS_OF}
+    warnings = [
+        f"{HALF} queue 0: committed offset 4229 is beyond the queue's end 3389 at the as-of"
+        " time; starting at 3389",
+        f"{OP} queue 0: committed offset 583 is beyond the queue's end 473 at the as-of time;"
+        " starting at 473",
+    ]
+    _write(out, "run_summary", RUN_SUMMARY, [{
+        "broker": "store", "queue_id": 0, "h0": 3389, "h1": 3389, "h_safe": None, "p0": 473,
+        "p1": 473, "p_safe": None, "resolved": 0, "check": 2, "immune": 0, "discard_check_max": 0,
+        "discard_expired": 0, "too_young": 0, "not_reached": 0, "bad_records": 1100,
+        "warnings": warnings, "check_max": 15, "written_at_ms": DAMAGED_AS_OF + 50_000,
+        "duration_ms": 51_410, "offset_hold": HOLD, **run,
+    }])  # fmt: skip
+    _write(out, "consume_offsets", CONSUME_OFFSETS, [
+        {"broker": "store", "topic": topic, "queue_id": 0, "group": GROUP, "offset_committed": c,
+         "offset_before": b, "offset_after": None, "offset_safe": None, "offset_hold": HOLD, **run}
+        for topic, c, b in ((HALF, 4229, 3389), (OP, 583, 473))
+    ])  # fmt: skip
+    _write(out, "bad_records", BAD_RECORDS, [
+        {"broker": "store", "source": "commitlog/00000000000000000000", "position": 3_999_710 + i,
+         "topic": HALF if i < 1100 else None, "queue_id": 0 if i < 1100 else None,
+         "reason": f"commit-log offset {4_000_465 + i} is past the end of the commit log (4000000)",
+         "raw_hex": "", **run}
+        for i in range(1379)
+    ])  # fmt: skip
+    rng = random.Random(3)
+    pending = [
+        {**_half_row(rng, "store", offset, DAMAGED_AS_OF, 300_000 + offset, counter),
+         "discard_at_ms": DAMAGED_AS_OF + 30_000, "status": CHECK,
+         "first_seen_run_id": DAMAGED_RUN, "pending_since_ms": DAMAGED_AS_OF, **run}
+        for offset, counter in ((3387, 14), (3388, 15))
+    ]  # fmt: skip
+    _write(out, "pending", PENDING, pending)
+    _write(out, "check_requests", CHECK_REQUESTS, [
+        {k: v for k, v in row.items() if k not in ("status", "first_seen_run_id", "pending_since_ms")}
+        for row in pending
+    ])  # fmt: skip
+    _write(out, "anomalies", ANOMALIES, [
+        {"broker": "store", "queue_id": 0, "kind": "immunity_exhausts_checks", "severity": "warning",
+         "half_offset": offset, "value": 15.0, "threshold": 0.0, "detail": f"half offset {offset}", **run}
+        for offset in (1064, 2169)
+    ])  # fmt: skip
+    for table, schema in (("discards", DISCARDS), ("discard_history", DISCARD_HISTORY)):
+        _write(out, table, schema, [])
+    return report.write_report(out, html_path=out / "report.html")
+
+
+def test_attention_comes_first_with_every_warning_of_the_run(damaged) -> None:
+    text = damaged.read_text()
+    page = Page(text)
+    out = damaged.parent
+    rows = report.load_run(out)
+
+    # The heading, then what needs attention, then the counts, then every chart and table.
+    attention = page.first("ul", id="attention")
+    assert page.first("h1") < page.first("h2", id="needs-attention") < attention
+    blocks = [(t, a) for t, a in page.order[:attention] if t in ("div", "p", "svg", "table")]
+    assert blocks == [("div", {"class": "meta"})]  # the line of facts under the title
+    assert attention < page.first("div", **{"class": "cards"})
+    assert attention < page.first("svg") and attention < page.first("table")
+    # What the job prints first (attention_lines), then every run_summary warning.
+    expected = attention_lines(
+        report._records(rows.run_summary), report._records(rows.consume_offsets), str(out)
+    )
+    assert page.attention[: len(expected)] == expected
+    for warning in rows.run_summary["warnings"].iloc[0]:
+        assert sum(warning in item for item in page.attention) == 1, warning
+    assert "warnings" not in page.headers["run-summary"]  # not repeated lower down
+
+
+def test_every_summary_warning_is_in_the_attention_list(output, tmp_path) -> None:
+    out, _ = output
+    page = Page(report.write_report(out, html_path=tmp_path / "r.html").read_text())
+
+    warning = "committed half offset 90 below the smallest available 100: started at 100"
+    items = [item for item in page.attention if warning in item]
+    assert len(items) == 1 and "broker-a queue 0" in items[0], page.attention
+
+
+def test_offsets_are_identifiers_and_counts_have_separators(damaged) -> None:
+    text = damaged.read_text()
+    page = Page(text)
+
+    offsets = {row["topic"]: row for row in page.tables["offsets"]}
+    assert offsets[HALF]["offset_committed"] == "4229"
+    assert offsets[HALF]["offset_before"] == "3389" and offsets[HALF]["offset_safe"] == ""
+    assert offsets[HALF]["offset_hold"] == HOLD
+    assert offsets[OP]["offset_committed"] == "583"
+    assert page.tables["run-summary"][0]["h0"] == "3389"
+    assert page.column("oldest-pending", "half_offset") == ["3388", "3387"]
+    assert page.column("anomalies", "half_offset") == ["1064", "2169"]
+    assert page.column("bad-records", "example_position") == ["3999710", "4000810"]
+    # The offsets lane: where the broker is, where the round starts, and that it is held.
+    assert "committed 4229; from 3389 of ≥ 3389: held, nothing to install" in text
+    assert f"as_of_ms {DAMAGED_AS_OF})" in text
+    for number in ("4,229", "3,389", "3,999,710", f"{DAMAGED_AS_OF:,}"):
+        assert number not in text, number
+    # Counts keep their thousands separators: 1 379 rows, 1 100 of the half queue.
+    cards = re.search(r'data-card="bad records">bad records<b>([^<]+)</b>', text)
+    assert cards and cards.group(1) == "1,379"
+    assert page.tables["run-summary"][0]["bad_records"] == "1,100"
+    assert page.column("bad-records", "count") == ["1,100", "279"]
+
+
+def test_booleans_read_true_or_false(output, tmp_path) -> None:
+    out, _ = output
+    text = report.write_report(out, html_path=tmp_path / "r.html").read_text()
+    page = Page(text)
+
+    futile = page.column("discard-history-unresolved", "resume_futile")
+    assert futile == ["true", "false"]  # newest first: K1 (20 h ago, futile), K0 (resumable)
+    assert not re.search(r">\s*(True|False)\s*<", text)
+
+
+def test_instants_are_named_for_what_they_hold_in_iso_utc(output, tmp_path) -> None:
+    out, _ = output
+    page = Page(report.write_report(out, html_path=tmp_path / "r.html").read_text())
+
+    instants = {
+        "oldest-pending": ("born_at", "discard_at"),
+        "longest-pending": ("pending_since",),
+        "discard-history-unresolved": ("discarded_at",),
+    }
+    for table, columns in instants.items():
+        for column in columns:
+            values = page.column(table, column)
+            assert values and all(ISO_INSTANT.match(v) for v in values), (table, column, values)
+    assert page.column("discard-history-unresolved", "discarded_at") == [
+        _iso(NEW_AS_OF - 20 * HOUR),
+        _iso(NEW_AS_OF - 30 * HOUR),
+    ]
+    for table, headers in page.headers.items():
+        vague = [
+            h for h in headers if h in ("time", "ms", "born", "since", "at") or h.endswith("_ms")
+        ]
+        assert not vague, (table, vague)
+
+
+def test_a_single_value_is_said_in_words_not_charted(damaged, output, tmp_path) -> None:
+    text = damaged.read_text()
+
+    anomalies = re.search(r'<svg id="plot-anomalies-kind"[^>]*>.*?</svg>', text).group(0)
+    assert 'data-single="true"' in anomalies and 'class="bar"' not in anomalies
+    assert ">immunity_exhausts_checks: 2 findings, all warning</text>" in anomalies
+    age = re.search(r'<svg id="plot-pending-status-age"[^>]*>.*?</svg>', text).group(0)
+    assert ">1 - 10 min: 2 pending half messages, all check</text>" in age
+    # No chart on either page has fewer than two bars.
+    busy = report.write_report(output[0], html_path=tmp_path / "r.html").read_text()
+    for page in (text, busy):
+        for plot in re.findall(r"<svg id=\"plot-[^\"]+\".*?</svg>", page):
+            bars = set(re.findall(r'class="bar"[^>]*data-category="([^"]*)"', plot))
+            assert len(bars) != 1, plot[:120]
 
 
 # --- in a real browser ------------------------------------------------------------------------

@@ -10,7 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
-from tests.robustness.store import HALF, LOG0, base_rows, half, halves, op, patch, write
+from simulator.discard_cases import commit_of, discard_of
+from simulator.writer import StoreWriter
+from tests.connectors.reference import messages_table
+from tests.robustness.store import HALF, LOG0, T, base_rows, half, halves, op, patch, write
 
 
 def truncated_mid_record(root: Path) -> list[dict]:
@@ -144,6 +147,36 @@ def unparsable_properties(root: Path) -> list[dict]:
     )
 
 
+# A 5.x real topic longer than the 127 characters a v1 record carries (a v2 record), and a
+# real topic that cannot be a path: a REAL_TOPIC property is any text.
+LONG_REAL_TOPIC = "Orders_" + "x" * 188 + "_eu-1"
+UNSAFE_REAL_TOPIC = "../etc"
+
+
+def real_topics(root: Path) -> list[dict]:
+    """The base rows, then halves 4 and 5 discarded 30 s before T and ended by an op 20 s
+    before T: half 4 committed into ``LONG_REAL_TOPIC`` queue 1, half 5 naming
+    ``UNSAFE_REAL_TOPIC``."""
+    with StoreWriter(root, commitlog_file_size=1 << 16, cq_file_entries=64) as writer:
+
+        def append(rows: list[dict]) -> list[dict]:
+            assigned = writer.append(messages_table(rows)).to_pylist()
+            return [{**row, **got} for row, got in zip(rows, assigned, strict=True)]
+
+        rows = append(
+            [
+                *base_rows(),
+                half(4, REAL_TOPIC=LONG_REAL_TOPIC),
+                half(5, REAL_TOPIC=UNSAFE_REAL_TOPIC),
+            ]
+        )
+        ended = halves(rows)[4:]
+        rows += append([discard_of(row, T - 30_000, 16) for row in ended])
+        ends = {"born_timestamp_ms": T - 20_000, "store_timestamp_ms": T - 20_000}
+        rows += append([{**op(b"4,5,"), **ends}, commit_of(ended[0], T - 20_000)])
+    return rows
+
+
 # Cases that complete the run (broker name -> builder).
 COMPLETING: dict[str, Callable[[Path], list[dict]]] = {
     "truncated": truncated_mid_record,
@@ -161,6 +194,7 @@ COMPLETING: dict[str, Callable[[Path], list[dict]]] = {
     "duplicates": duplicate_queue_offsets,
     "no-keys": half_without_keys,
     "bad-props": unparsable_properties,
+    "real-topics": real_topics,
 }
 
 # consumerOffset.json contents that stop the run with exit code 2 (no .bak beside them):

@@ -4,6 +4,7 @@ documented outcome (docs/bad-input.md). The completing cases run as brokers of o
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ from jobs.reconcile import main
 from tests.robustness.corpus import (
     BAD_OFFSETS_FILES,
     COMPLETING,
+    LONG_REAL_TOPIC,
     OP_BODIES,
     OUT_OF_RANGE_OFFSETS_FILES,
+    UNSAFE_REAL_TOPIC,
 )
 from tests.robustness.store import (
     HALF,
@@ -33,6 +36,8 @@ from tests.robustness.store import (
 pytestmark = pytest.mark.runs
 
 RUN = "corpus"
+HELD_MISSING = "no committed offset in the offsets file"
+HELD_BAD = "bad records at or after the committed offset"
 CHECKED = "check"
 
 
@@ -141,7 +146,9 @@ def test_damaged_record_is_one_bad_record_and_the_round_skips_it(
     summary = _summary(tables, broker)
     assert (summary["resolved"], summary["check"], summary["bad_records"]) == (1, len(expected), 1)
     h1 = 3 if index == 3 else 4  # the end of the queue is 1 + the largest readable offset
-    assert (summary["h0"], summary["h1"], summary["h_safe"]) == (0, h1, min(i for i, _ in expected))
+    # No committed offsets, and a bad record from the start on: the queue is held.
+    assert (summary["h0"], summary["h1"], summary["h_safe"]) == (0, h1, None)
+    assert HELD_BAD in summary["offset_hold"] and HELD_MISSING in summary["offset_hold"]
     assert (summary["p0"], summary["p1"]) == (0, 1)
 
 
@@ -251,7 +258,9 @@ def test_missing_consume_queue_is_rebuilt_with_a_warning(outcome, broker, note):
         assert _summary(tables, broker, 0)["warnings"] == no_file
     else:
         assert _summary(tables, broker, queue_id)["warnings"] == [warning, *no_file]
-    assert _offsets(tables, broker) == {HALF: (None, 0, 4, 1), OP: (None, 0, 1, 1)}
+    # Without committed offsets the queue is held: no offset is proposed.
+    assert _offsets(tables, broker) == {HALF: (None, 0, None, None), OP: (None, 0, None, None)}
+    assert _summary(tables, broker, 0)["offset_hold"].startswith(HELD_MISSING)
 
 
 def test_empty_store_adds_no_row_anywhere(outcome):
@@ -266,7 +275,14 @@ def test_offsets_beyond_the_queue_end_are_corrected_with_warnings(outcome):
         "RMQ_SYS_TRANS_HALF_TOPIC queue 0: committed offset 100 is beyond the queue's end 4 at the as-of time; starting at 4",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0: committed offset 50 is beyond the queue's end 1 at the as-of time; starting at 1",
     ]
-    assert _offsets(tables, "offset-beyond") == {HALF: (100, 4, 4, 4), OP: (50, 1, 1, 1)}
+    # The round ends below the committed offsets: held, nothing proposed.
+    assert _offsets(tables, "offset-beyond") == {
+        HALF: (100, 4, None, None),
+        OP: (50, 1, None, None),
+    }
+    assert summary["offset_hold"].startswith(
+        "the round ends below the committed offsets (half 100 -> 4, safe 4; op 50 -> 1, safe 1)"
+    )
     assert _pending(tables, "offset-beyond") == [] and _bad(tables, "offset-beyond") == []
 
 
@@ -290,7 +306,8 @@ def test_op_bodies_empty_non_numeric_negative_huge(outcome):
         summary["p0"],
         summary["p1"],
         summary["p_safe"],
-    ) == (2, 4, 0, 4, 4)
+    ) == (2, 4, 0, 4, None)
+    assert HELD_BAD in summary["offset_hold"]  # unparsable items from op 0 on
 
 
 def test_duplicate_queue_offset_keeps_the_first_record(outcome):
@@ -350,6 +367,22 @@ def test_unparsable_counter_and_immunity(outcome):
         4: (CHECKED, 1, 6000),
     }
     assert _summary(tables, "bad-props")["bad_records"] == 4
+
+
+def test_a_long_real_topic_is_read_and_one_unsafe_as_a_path_is_not(corpus, outcome):
+    """A discarded transaction committed into a 200-character topic is `committed`; one
+    whose real topic is `../etc` is `ended` (that name is never made a path)."""
+    base, _ = corpus
+    _, tables, _ = outcome
+    history = rows_of(base / "out", "discard_history", RUN)
+    got = sorted(
+        (r["real_topic"], r["outcome"], r["ended_before_discard"])
+        for r in history
+        if r["broker"] == "real-topics"
+    )
+    assert got == [(UNSAFE_REAL_TOPIC, "ended", False), (LONG_REAL_TOPIC, "committed", False)]
+    assert _bad(tables, "real-topics") == []
+    assert _pending(tables, "real-topics") == [(1, CHECKED), (2, CHECKED), (3, CHECKED)]
 
 
 def test_every_bad_record_is_counted_in_run_summary(outcome):
@@ -429,6 +462,28 @@ def test_not_a_store_is_exit_2(spark, tmp_path, capsys, case):
     assert main(["--store", str(store), "--output", str(output)], spark=spark) == 2
     _assert_one_error_line(capsys, str(store))
     assert not output.exists()
+
+
+@pytest.mark.parametrize("case", ["immutable", "under-a-file"])
+def test_an_output_root_that_cannot_be_written_is_exit_2(spark, tmp_path, capsys, case):
+    store = tmp_path / "store"
+    write(store, base_rows())
+    if case == "immutable":  # chattr missing fails the test (check=True), never skips it
+        output = tmp_path / "out"
+        output.mkdir()
+        subprocess.run(["chattr", "+i", str(output)], check=True, capture_output=True)
+    else:
+        (tmp_path / "file").write_text("x")
+        output = tmp_path / "file" / "out"
+    try:
+        code = main(["--store", str(store), "--output", str(output)], spark=spark)
+        if case == "immutable":
+            assert list(output.iterdir()) == []
+    finally:
+        if case == "immutable":
+            subprocess.run(["chattr", "-i", str(output)], check=True, capture_output=True)
+    assert code == 2
+    _assert_one_error_line(capsys, f"error: --output {output}: cannot ")
 
 
 def test_one_bad_store_among_good_ones_stops_everything(spark, tmp_path, capsys):

@@ -207,6 +207,32 @@ def test_rows_have_the_table_schema_and_this_run(spark: SparkSession) -> None:
     )
 
 
+def test_a_discard_row_is_found_by_the_keys_tags_and_transaction_id_it_carries(
+    spark: SparkSession,
+) -> None:
+    """The discard record carries the half record's properties: ``keys`` is KEYS split on
+    spaces (empty items dropped, an empty array without KEYS), ``tags`` the record's tag,
+    ``transaction_id`` its ``__transactionId__``, as in the half-row tables."""
+    searched = {"KEYS": "ORD-1  ORD-2 ", "__transactionId__": "TX-1"}
+    discards = [
+        {**discard(0, "K0", 16, 100 * S, extra_properties=searched), "tags": "TagA"},
+        discard(1, "K1", 16, 100 * S),
+    ]
+    pending = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")
+    queues: list[tuple[str, str, int]] = []
+    evidence = evidence_from(
+        _round(spark, []), frame(spark, discards), pending, frame(spark, []), queues, T
+    )
+    columns = "discard_offset LONG, keys ARRAY<STRING>, tags STRING, transaction_id STRING"
+    expected = [(0, ["ORD-1", "ORD-2"], "TagA", "TX-1"), (1, [], None, None)]
+    assert_df_equality(
+        discard_history(evidence, params()).select(*spark.createDataFrame([], columns).columns),
+        spark.createDataFrame(expected, columns),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+
+
 def test_a_discard_stored_at_or_after_t_does_not_exist_yet(spark: SparkSession) -> None:
     late = discard(0, "K0", 16, 100 * S, stored_age_ms=0)
     empty = spark.createDataFrame([], "broker STRING, uniq_key STRING, store_timestamp_ms LONG")

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.materialize import SparkMaterializer
 from schemas.messages import HALF_TOPIC, OP_TOPIC
 from tests.reference import KIND_DUPLICATE, KIND_OP_BODY, reason_kind
-from tests.transforms.builders import committed, frame, half, op, params
+from tests.transforms.builders import committed, committed_rows, frame, half, op, params
 from tests.transforms.collecting import collect_outputs
 from transforms.round import RoundOutputs, reconcile
 
@@ -87,7 +87,7 @@ def test_broker_version_49_keeps_p1_at_an_op_of_another_tag(spark: SparkSession)
     for version, p1 in (("5", 1), ("4.9", 0)):
         out = reconcile(
             frame(spark, records),
-            committed(spark, []),
+            committed(spark, committed_rows(0, 0)),  # committed: the queue is not held
             params(broker_version=version),
             materialize=SparkMaterializer(),
         )

@@ -49,6 +49,7 @@ OFFSET_COLUMNS = (
     "offset_before",
     "offset_after",
     "offset_safe",
+    "offset_hold",
 )
 SUMMARY_COLUMNS = (
     "queue_id",
@@ -60,6 +61,7 @@ SUMMARY_COLUMNS = (
     "p_safe",
     *CLASSES,
     "bad_records",
+    "offset_hold",
     "has_warnings",
 )
 BAD_COLUMNS = ("source", "position", "topic", "queue_id", "queue_offset", "kind")
@@ -138,7 +140,7 @@ def expected_tables(records: list[dict], offsets: list[tuple], round_params: Rou
     for row in result.consume_offsets:
         _rows(tables, "consume_offsets", row["broker"], tuple(row[c] for c in OFFSET_COLUMNS))
     for summary in result.summaries.values():
-        row = {**vars(summary), **summary.counts}
+        row = reference.summary_row(summary)
         _rows(tables, "run_summary", summary.broker, _summary_row(row, bool(summary.warnings)))
     for row in result.bad_records:
         row = {**row, "kind": reference.reason_kind(row["reason"])}

@@ -38,7 +38,9 @@ class WorkedCase:
     ``pending`` rows are ``(half_offset, status, check_times, immunity_ms)``; check requests
     and discards follow from them (section 6: one row per ``check`` / ``discard_*`` record).
     ``offsets`` is ``(h0, h1, h_safe, p0, p1, p_safe)``; ``counts`` lists the non-zero class
-    counts; ``bad`` lists ``(topic, queue_offset, reason kind)``.
+    counts; ``bad`` lists ``(topic, queue_offset, reason kind)``; ``held``: the queue is
+    held (section 5 *Offsets only move forward*), so h_safe, p_safe and the offsets it
+    proposes are null in the tables.
     """
 
     records: list[dict[str, Any]]
@@ -48,6 +50,7 @@ class WorkedCase:
     counts: dict[str, int] = field(default_factory=dict)
     bad: list[tuple[str, int, str]] = field(default_factory=list)
     warns: bool = False
+    held: bool = False
 
     @property
     def committed_rows(self) -> list[tuple[str, str, int, int]]:
@@ -148,6 +151,7 @@ CASES: dict[str, WorkedCase] = {
         pending=[(0, IMMUNE, 1, TIMEOUT)],
         counts={IMMUNE: 1},
         bad=[(HALF_TOPIC, 0, PROP_IMMUNITY_SECONDS)],
+        held=True,  # the bad record lies at the committed offset
     ),
     # 5 resolved; 6 too_young; h1=6, p1=1 (op 1 names 7 >= h1).
     "C10": WorkedCase(
