@@ -21,7 +21,6 @@ from pyspark.sql import types as T
 from schemas.outputs import (
     ANOMALY,
     ANOMALY_COUNT_COLUMNS,
-    ANOMALY_KINDS,
     CHECK,
     CRITICAL,
     DISCARD_CHECK_MAX,
@@ -55,9 +54,6 @@ from transforms.ops import (
 from transforms.params import RoundParams
 from transforms.queue_values import Attach, joined_values
 from transforms.resolve import TRANSACTION, resolving_offsets
-
-# The kind names are the table's vocabulary (schemas.outputs, where the report reads them).
-KINDS = ANOMALY_KINDS
 
 OP_PULL_SIZE = 32  # op records per pull of the broker's check (OP_MSG_PULL_NUMS)
 BACKLOG_CRITICAL_FACTOR = 10

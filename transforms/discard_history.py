@@ -34,7 +34,7 @@ from transforms.round import LAZY
 
 # reason and outcome (in the order the rules are tried): the table's vocabulary, in
 # schemas.outputs where the report reads it
-CHECK_MAX, EXPIRED, UNDETERMINED = REASONS = DISCARD_REASONS
+CHECK_MAX, EXPIRED, UNDETERMINED = DISCARD_REASONS
 UNKNOWN, PENDING_AGAIN, COMMITTED, ROLLED_BACK, ENDED, UNRESOLVED = OUTCOMES
 
 # Transaction bits of a commit-log record's sysflag (MessageSysFlag): a committed real
