@@ -125,26 +125,11 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def summary_warnings(summary_rows: Sequence[dict]) -> dict[str, list[str]]:
-    """Every warning of ``run_summary`` once, with the queues it was given for."""
-    where: dict[str, list[str]] = {}
-    rows = sorted(summary_rows, key=lambda r: (str(r["broker"]), r["queue_id"] or -1))
-    for row in rows:  # one row per queue
-        for warning in row.get("warnings") or []:
-            where.setdefault(str(warning), []).append(f"{row['broker']} queue {row['queue_id']}")
-    return where
-
-
 def attention_section(run: RunTables) -> str:
-    """What needs attention first: the lines of the job's printed summary, then every
-    warning of the run's summary rows that those lines do not already say."""
+    """What needs attention first: the lines of the job's printed summary (every warning
+    of the run's summary rows among them, ``jobs.attention.picture_lines``)."""
     summary = _records(run.run_summary)
     lines = attention_lines(summary, _records(run.consume_offsets), run.output)
-    lines += [
-        f"{', '.join(queues)}: {warning}"
-        for warning, queues in summary_warnings(summary).items()
-        if not any(warning in line for line in lines)
-    ]
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return (
         f'<ul id="attention" data-items="{len(lines)}">{items}</ul>'
