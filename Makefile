@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
+.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-connect test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
 
 # The variables a target's text may name as $(NAME): `make help` shows their values.
 HELP_VARS := SAMPLE_STORE SAMPLE_OUTPUT SAMPLE_TRANSACTIONS BROKER_RUNS DIST
@@ -98,6 +98,13 @@ test-cluster: $(STAMP) ## Standalone master + 2 workers on loopback: packaged jo
 	PYTHONDONTWRITEBYTECODE=1 $(BIN)/python -m pytest -m cluster -s -p no:cacheprovider tests/cluster; \
 	status=$$?; echo "make test-cluster: exit $$status in $$(( $$(date +%s) - start )) s"; exit $$status
 
+# A Spark Connect server of the venv's pyspark on loopback (tests/connect/server.py starts and
+# stops it, also on failure): the command line and the notebook functions through it vs local[2].
+test-connect: $(STAMP) ## Spark Connect server on loopback: the job and the notebook functions through it vs local[2] (~10 min)
+	@start=$$(date +%s); \
+	PYTHONDONTWRITEBYTECODE=1 $(BIN)/python -m pytest -m connect -s -p no:cacheprovider tests/connect; \
+	status=$$?; echo "make test-connect: exit $$status in $$(( $$(date +%s) - start )) s"; exit $$status
+
 report: $(STAMP) ## Write the HTML report of the newest run in $(SAMPLE_OUTPUT) and print its path
 	$(BIN)/python -m jobs.report --output $(SAMPLE_OUTPUT)
 
@@ -122,7 +129,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP) ## Benchmark: sample pairs vs bare Spark, 1M/4M/16M x3 with bare Spark and the DuckDB peer, scale-out, into docs/benchmarks.md (~1 h; stores cached in RMQ_BENCH_DIR; BENCH_ARGS=...)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m ...)
+bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs, each also via a warm Spark Connect server) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m --skip-connect ...)
 	$(BIN)/python -m bench.small $(BENCH_ARGS)
 
 bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)

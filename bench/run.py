@@ -3,11 +3,12 @@ floor and the DuckDB peer; then the scale-out) and write the JSON, the plot and
 docs/benchmarks.md.
 
 ``python -m bench.run [--sizes 1m,4m,16m] [--repeat 3] [--pairs 3] [--skip-sample]
-[--skip-peer] [--skip-scaleout] [--fresh] [--json docs/benchmarks.json]
+[--skip-connect] [--skip-peer] [--skip-scaleout] [--fresh] [--json docs/benchmarks.json]
 [--plot docs/benchmarks.png] [--markdown docs/benchmarks.md]``
 
 First the ``make run`` sample store in interleaved pairs of the job and the bare-Spark
-process (``bench.small``: the small-run ratio and the round's Spark jobs). Then per size, on
+process, each pair also timing the job through a warm Spark Connect server (``bench.small``:
+the small-run ratios and the Spark jobs of the whole run). Then per size, on
 the same stores, each repeat runs the contenders one after the other (so that a noisy spell
 on the shared machine hits one repeat of each rather than every repeat of one): the job end
 to end (with its phases from the event log), the bare-Spark process (the job net of Spark's
@@ -255,6 +256,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=3, help="job/bare-Spark pairs on the sample")
     parser.add_argument("--skip-sample", action="store_true", help="do not run the sample pairs")
+    parser.add_argument(
+        "--skip-connect", action="store_true", help="no warm Spark Connect case in the pairs"
+    )
     parser.add_argument("--skip-peer", action="store_true", help="do not run the DuckDB peer")
     parser.add_argument("--skip-scaleout", action="store_true", help="do not run bench.scaleout")
     parser.add_argument("--fresh", action="store_true", help="drop the sizes already in the JSON")
@@ -300,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     if not args.skip_sample:
-        results["sample"] = run_sample(args.pairs)
+        results["sample"] = run_sample(args.pairs, with_connect=not args.skip_connect)
         results["generated_at"] = _now()
         save_results(results, args.json)
         render_all(results, args.plot, args.markdown)

@@ -5,32 +5,47 @@ Each pair runs the job process (``python -m jobs.reconcile``, event log on) and 
 bare-Spark process (``python -m bench.bare_spark``) one after the other, alternating which
 goes first, so a noisy spell on the shared machine hits both of a pair: the figure is the
 median of the per-pair ratios. Every figure is printed with the machine's load average
-(1 min) just before it. From the event log: the Spark jobs of the resolve-and-classify
-phase (target <= 15, issue 12) and of the write phase, counted apart.
+(1 min) just before it. From the event log: every Spark job of the run (each
+SparkListenerJobStart, labelled by phase or not), with the per-phase split.
 
-``python -m bench.small [--pairs 3] [--skip-1m] [--json PATH]``
+With the Spark Connect launcher of the tests (``tests/connect/server.py``), a server is
+started once on loopback before the pairs and warmed by one run of the job; each pair then
+also times the job through it (``--remote``: the client process, the server already up),
+and its ratio is to the bare Spark of the same pair. The server is stopped at the end, also
+on failure; a server that cannot start leaves the Connect case "not measured", with why.
+
+``python -m bench.small [--pairs 3] [--skip-1m] [--skip-connect] [--json PATH]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.job import AS_OF_MS, job_env, run_job
 from bench.measure import run_measured
-from bench.report import PHASES, ROUND_JOBS_TARGET
+from bench.report import (
+    RUN_JOBS_TARGET,
+    TARGET_CONNECT_RATIO,
+    TARGET_SMALL_RATIO,
+    jobs_per_phase,
+    run_jobs,
+    run_jobs_met,
+)
 from bench.stores import REPO, bench_root, ensure_stores
 
 SAMPLE_TRANSACTIONS = 3000  # the Makefile's SAMPLE_TRANSACTIONS
 SAMPLE_SEED = 7  # the Makefile's seed
-ROUND_PHASE = "resolve and classify"
-WRITE_PHASE = "write"
+CONNECT_LAUNCHER = "tests.connect.server"
 
 
 def load() -> float:
@@ -67,32 +82,71 @@ def bare_spark(work: Path) -> dict:
 
 
 def job(stores: dict[str, Path], work: Path) -> dict:
-    figures = {"load_1m": load()}
+    figures: dict = {"load_1m": load()}
     ran = run_job(stores, work)
     phases = ran["phases"]
     figures.update(
         wall_s=ran["wall_s"],
         cpu_s=ran["cpu_s"],
-        round_jobs=phases.get(ROUND_PHASE, {}).get("jobs"),
-        write_jobs=phases.get(WRITE_PHASE, {}).get("jobs"),
-        round_wall_s=phases.get(ROUND_PHASE, {}).get("wall_s"),
         phases={name: {"jobs": p["jobs"], "wall_s": p["wall_s"]} for name, p in phases.items()},
     )
+    figures["run_jobs"] = run_jobs(figures)
     return figures
 
 
-def pairs(stores: dict[str, Path], count: int, work: Path, label: str) -> list[dict]:
+def connect_command(store: Path, output: Path, url: str) -> list[str]:
+    """The job as a client of the Connect server at ``url``: no ``--master`` (the server's)."""
+    command = [sys.executable, "-m", "jobs.reconcile", "--remote", url]
+    command += ["--store", f"broker-a={store}", "--output", str(output)]
+    return command + ["--as-of", str(AS_OF_MS)]
+
+
+def connect_job(store: Path, work: Path, url: str) -> dict:
+    """One run of the job through the warm server into a fresh output root; wall and CPU
+    are the client process's (the server's own work is in neither)."""
+    output = work / "output"
+    shutil.rmtree(output, ignore_errors=True)
+    env = job_env(work)
+    for name in ("PYSPARK_SUBMIT_ARGS", "SPARK_REMOTE"):  # no local JVM; the URL is --remote
+        env.pop(name, None)
+    figures: dict = {"load_1m": load()}
+    measured = run_measured(connect_command(store, output, url), env=env, cwd=REPO)
+    if measured.returncode != 0:
+        raise RuntimeError(
+            f"the job via {url} exit {measured.returncode}: {measured.stderr[-2000:]}"
+        )
+    figures.update(wall_s=measured.wall_s, cpu_s=measured.cpu_s)
+    return figures
+
+
+def connect_launcher_available() -> bool:
+    return importlib.util.find_spec(CONNECT_LAUNCHER) is not None
+
+
+def pairs(
+    stores: dict[str, Path], count: int, work: Path, label: str, connect_url: str | None = None
+) -> list[dict]:
+    """``count`` pairs, alternating which runs first; with ``connect_url`` each pair also
+    runs the job through that server (first or last, opposite to the cold job), so the bare
+    Spark sits beside both."""
     results = []
     for index in range(count):
-        job_first = index % 2 == 0
+        order = ["job", "bare"] + (["connect"] if connect_url else [])
+        if index % 2:
+            order.reverse()
         pair: dict = {}
-        for contender in ("job", "bare") if job_first else ("bare", "job"):
+        for contender in order:
             if contender == "job":
                 pair["job"] = job(stores, work / "job")
-            else:
+            elif contender == "bare":
                 pair["bare"] = bare_spark(work / "bare")
+            else:
+                assert connect_url is not None
+                pair["connect"] = connect_job(stores["broker-a"], work / "connect", connect_url)
         pair["ratio_wall"] = pair["job"]["wall_s"] / pair["bare"]["wall_s"]
         pair["ratio_cpu"] = pair["job"]["cpu_s"] / pair["bare"]["cpu_s"]
+        if "connect" in pair:
+            pair["ratio_connect_wall"] = pair["connect"]["wall_s"] / pair["bare"]["wall_s"]
         results.append(pair)
         print(line(f"{label} pair {index + 1}", pair), flush=True)
     return results
@@ -100,57 +154,89 @@ def pairs(stores: dict[str, Path], count: int, work: Path, label: str) -> list[d
 
 def line(name: str, pair: dict) -> str:
     j, b = pair["job"], pair["bare"]
-    return (
+    text = (
         f"{name:16s} job {j['wall_s']:6.1f} s wall {j['cpu_s']:6.1f} s CPU (load {j['load_1m']:5.2f})"
         f" | bare Spark {b['wall_s']:5.1f} s wall {b['cpu_s']:5.1f} s CPU (load {b['load_1m']:5.2f})"
         f" | ratio {pair['ratio_wall']:.2f}x wall {pair['ratio_cpu']:.2f}x CPU"
-        f" | Spark jobs: {_jobs_per_phase(j)}"
     )
-
-
-def _jobs_per_phase(job_figures: dict) -> str:
-    """Spark jobs per phase in the job's order (``bench.report.PHASES``): since issue 15 the
-    discard history and the anomaly rules run as many jobs as the round. Figures without
-    the per-phase map (older JSON) give the round and the write phase."""
-    phases = job_figures.get("phases")
-    if not phases:
-        return (
-            f"{ROUND_PHASE} {job_figures['round_jobs']}, {WRITE_PHASE} {job_figures['write_jobs']}"
+    if "connect" in pair:
+        c = pair["connect"]
+        text += (
+            f" | warm Connect {c['wall_s']:5.1f} s wall (load {c['load_1m']:5.2f})"
+            f" {pair['ratio_connect_wall']:.2f}x bare"
         )
-    named = [name for name in PHASES if name in phases]
-    named += [name for name in phases if name not in PHASES]
-    parts = [f"{name} {phases[name]['jobs']}" for name in named]
-    return ", ".join(parts) + f" (all {sum(phases[name]['jobs'] for name in named)})"
+    return text + f" | Spark jobs: {run_jobs(j)} ({jobs_per_phase(j)})"
 
 
 def summary(results: list[dict]) -> dict:
-    round_jobs = [p["job"]["round_jobs"] for p in results]
+    connect = [p["ratio_connect_wall"] for p in results if "ratio_connect_wall" in p]
     return {
         "median_ratio_wall": statistics.median(p["ratio_wall"] for p in results),
         "median_ratio_cpu": statistics.median(p["ratio_cpu"] for p in results),
-        "round_jobs": round_jobs,
-        "round_jobs_target": ROUND_JOBS_TARGET,
-        "round_jobs_met": all(n is not None and n <= ROUND_JOBS_TARGET for n in round_jobs),
+        "run_jobs": [run_jobs(p["job"]) for p in results],
+        "run_jobs_target": RUN_JOBS_TARGET,
+        "run_jobs_met": run_jobs_met(results),
+        "median_ratio_connect_wall": statistics.median(connect) if connect else None,
+        "connect_target": TARGET_CONNECT_RATIO,
     }
+
+
+def summary_line(s: dict, connect_error: str | None = None) -> str:
+    def verdict(ok: bool | None) -> str:
+        return "met" if ok else "NOT met"
+
+    text = (
+        f"sample: median ratio {s['median_ratio_wall']:.2f}x wall"
+        f" (target <= {TARGET_SMALL_RATIO}x: {verdict(s['median_ratio_wall'] <= TARGET_SMALL_RATIO)}),"
+        f" {s['median_ratio_cpu']:.2f}x CPU; Spark jobs of the whole run: {s['run_jobs']}"
+        f" (target <= {RUN_JOBS_TARGET}: {verdict(s['run_jobs_met'])})"
+    )
+    connect = s["median_ratio_connect_wall"]
+    if connect is None:
+        return text + f"; warm Connect: not measured ({connect_error or 'no Connect case'})"
+    return (
+        text + f"; warm Connect: median {connect:.2f}x the bare Spark of its pair"
+        f" (target <= {TARGET_CONNECT_RATIO}x: {verdict(connect <= TARGET_CONNECT_RATIO)})"
+    )
 
 
 def _work() -> Path:
     return bench_root() / "work" / "small"
 
 
-def run_sample(count: int) -> dict:
+@contextlib.contextmanager
+def warm_connect_server(store: Path, work: Path) -> Iterator[str]:
+    """A Connect server on loopback (the tests' launcher), warmed by one run of the job on
+    ``store``: its URL, while the block runs; stopped on leaving, also on failure."""
+    from tests.connect.server import ConnectServer  # the launcher of make test-connect
+
+    with ConnectServer(work / "connect-server") as server:
+        connect_job(store, work / "connect-warm-up", server.url)
+        yield server.url
+
+
+def run_sample(count: int, with_connect: bool = True) -> dict:
     """The sample pairs with their summary, printed as they run (``make bench`` runs them
-    too, before the sizes)."""
+    too, before the sizes); with ``with_connect``, the warm Connect case in every pair."""
     work = _work()
+    store = sample_store()
     results: dict = {"load_1m_at_start": load()}
-    results["pairs"] = pairs({"broker-a": sample_store()}, count, work, "sample")
+    error = None
+    if with_connect and not connect_launcher_available():
+        error = f"no Connect server launcher ({CONNECT_LAUNCHER})"
+    with contextlib.ExitStack() as stack:
+        url = None
+        if with_connect and error is None:
+            try:
+                url = stack.enter_context(warm_connect_server(store, work))
+            except (RuntimeError, OSError, ImportError) as failed:  # server, warm-up, grpc
+                error = f"the Connect server or its warm-up run failed: {failed}"[:2000]
+                print(f"bench: {error}", file=sys.stderr, flush=True)
+        results["pairs"] = pairs({"broker-a": store}, count, work, "sample", url)
+    if error is not None:
+        results["connect_error"] = error
     results["summary"] = s = summary(results["pairs"])
-    print(
-        f"sample: median ratio {s['median_ratio_wall']:.2f}x wall (target <= 1.8x),"
-        f" {s['median_ratio_cpu']:.2f}x CPU; {ROUND_PHASE}: {s['round_jobs']} Spark jobs"
-        f" (target <= {ROUND_JOBS_TARGET}: {'met' if s['round_jobs_met'] else 'NOT met'})",
-        flush=True,
-    )
+    print(summary_line(s, error if with_connect else "--skip-connect"), flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return results
 
@@ -159,11 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--skip-1m", action="store_true", help="only the sample pairs")
+    parser.add_argument(
+        "--skip-connect", action="store_true", help="no warm Spark Connect case in the pairs"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    sample = run_sample(args.pairs)
+    sample = run_sample(args.pairs, with_connect=not args.skip_connect)
     results: dict = {"as_of_ms": AS_OF_MS, "load_1m_at_start": sample["load_1m_at_start"]}
     results.update(sample=sample["pairs"], sample_summary=sample["summary"])
+    if "connect_error" in sample:
+        results["connect_error"] = sample["connect_error"]
     if not args.skip_1m:
         results["1m"] = pairs(ensure_stores("1m"), 1, _work(), "1m")
         shutil.rmtree(_work(), ignore_errors=True)

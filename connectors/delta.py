@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -95,7 +96,11 @@ class OutputWriter(Protocol):
         self, table: str, frame: DataFrame, schema: T.StructType, run_id: str
     ) -> int: ...
 
-    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int: ...
+    def replace_run_rows(
+        self, table: str, rows: pa.Table, schema: T.StructType, run_id: str
+    ) -> int: ...
+
+    def merge_offsets(self, rows: pa.Table, schema: T.StructType) -> int: ...
 
     def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int: ...
 

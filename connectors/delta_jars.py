@@ -124,8 +124,10 @@ def _delta_classes_absent(spark: SparkSession) -> bool:
     JVM here, or the call fails): the full probe decides.
     """
     try:
-        utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[attr-defined]
-        return not utils.classIsLoadable(DELTA_SOURCE)
+        jvm = spark._jvm
+        if jvm is None:  # no driver JVM in this process
+            return False
+        return not jvm.org.apache.spark.util.Utils.classIsLoadable(DELTA_SOURCE)
     except Exception:  # Connect sessions raise on _jvm; any other failure: ask Spark
         return False
 

@@ -19,7 +19,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.schema import Field
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -136,18 +136,30 @@ class DeltaRsOutput:
         data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
         # Timestamps as INT64 microseconds (Delta's own encoding), not Spark's legacy INT96.
         self.spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        # Counted by the executors while they write (same pass, no second job).
+        # Counted by the executors while they write (same pass, no second job). Mode "error"
+        # (not its synonym "errorifexists"): the one spelling Spark Connect accepts too.
         written = Observation(f"rows written to {table}")
         frame.select(*data_columns).observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
-            "errorifexists"
+            "error"
         ).parquet(str(staging))
         actions, rows = self._add_actions(path, staging, run_id)
         check_committed_rows(table, written.get["rows"], rows, staging)
+        self._commit_run(path, actions, run_id)
+        for leftover in staging.iterdir():  # Spark's _SUCCESS and .crc side files
+            if not leftover.name.endswith(".parquet"):
+                leftover.unlink(missing_ok=True)
+        return rows
+
+    def _commit_run(self, path: Path, actions: Sequence[AddAction], run_id: str) -> None:
+        """One commit that replaces the run's partition of the table at ``path`` with the
+        files of ``actions``."""
 
         def commit() -> None:
             table = DeltaTable(str(path))
+            # The transaction takes a list of adds and removes (a list is invariant): widen it.
+            replacing: list[AddAction | RemoveAction] = list(actions)
             table.create_write_transaction(
-                actions,
+                replacing,
                 mode="overwrite",
                 schema=table.schema(),
                 partition_by=[PARTITION_COLUMN],
@@ -157,10 +169,6 @@ class DeltaRsOutput:
 
         with commit_lock(str(self.root)):
             _retry(commit)
-        for leftover in staging.iterdir():  # Spark's _SUCCESS and .crc side files
-            if not leftover.name.endswith(".parquet"):
-                leftover.unlink(missing_ok=True)
-        return rows
 
     @staticmethod
     def _add_actions(table_path: Path, staging: Path, run_id: str) -> tuple[list[AddAction], int]:
@@ -185,13 +193,26 @@ class DeltaRsOutput:
             total += rows
         return actions, total
 
-    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
-        """Upsert the offsets rows keyed by (run_id, broker, topic, queue_id).
+    def replace_run_rows(
+        self, table: str, rows: pa.Table, schema: T.StructType, run_id: str
+    ) -> int:
+        """Write ``rows`` (a small table already on the driver, ``schema`` with ``run_id``)
+        as the run's partition: one Parquet file written here, committed like
+        ``replace_run``'s."""
+        path = self.table_path(table)
+        staging = path / partition_folder(run_id) / f"write-{uuid.uuid4().hex}"
+        data_columns = [name for name in schema.fieldNames() if name != PARTITION_COLUMN]
+        arrow = to_arrow_schema(T.StructType([schema[name] for name in data_columns]))
+        staging.mkdir(parents=True)
+        pq.write_table(rows.select(data_columns).cast(arrow), staging / "part-00000.parquet")
+        actions, written = self._add_actions(path, staging, run_id)
+        self._commit_run(path, actions, run_id)
+        return written
 
-        The frame has one row per queue and topic (not per record), so it is brought to
-        the driver as Arrow; delta-rs merges it.
-        """
-        source = pa.table(frame.toArrow()).cast(to_arrow_schema(schema))
+    def merge_offsets(self, rows: pa.Table, schema: T.StructType) -> int:
+        """Upsert the offsets rows (one per queue and topic, already on the driver) keyed by
+        (run_id, broker, topic, queue_id); delta-rs merges them."""
+        source = rows.cast(to_arrow_schema(schema))
         path = str(self.table_path(CONSUME_OFFSETS_TABLE))
         on = " AND ".join(f"t.`{key}` = s.`{key}`" for key in OFFSETS_MERGE_KEYS)
 
@@ -223,7 +244,7 @@ class DeltaRsOutput:
         written = Observation(f"rows merged into {table}")
         frame.select(*schema.fieldNames()).observe(
             written, F.count(F.lit(1)).alias("rows")
-        ).write.mode("errorifexists").parquet(str(staging))
+        ).write.mode("error").parquet(str(staging))
         try:
             files = sorted(str(f) for f in staging.glob("*.parquet"))
             found = sum(pq.read_metadata(f).num_rows for f in files)

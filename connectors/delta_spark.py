@@ -11,7 +11,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -91,9 +92,22 @@ class DeltaSparkOutput:
             )
             return self._rows_of_commit(location, token, "numOutputRows")
 
-    def merge_offsets(self, frame: DataFrame, schema: T.StructType) -> int:
-        """Upsert the offsets rows keyed by (run_id, broker, topic, queue_id)."""
+    def replace_run_rows(
+        self, table: str, rows: pa.Table, schema: T.StructType, run_id: str
+    ) -> int:
+        """``replace_run`` of a small table already on the driver."""
+        return self.replace_run(table, self._frame(rows, schema), schema, run_id)
+
+    def _frame(self, rows: pa.Table, schema: T.StructType) -> DataFrame:
+        """Rows on the driver as a frame of the table's columns (a local relation)."""
+        return self.spark.createDataFrame(rows.select(schema.fieldNames()), schema=schema)
+
+    def merge_offsets(self, rows: pa.Table, schema: T.StructType) -> int:
+        """Upsert the offsets rows (on the driver) keyed by (run_id, broker, topic,
+        queue_id)."""
         from delta.tables import DeltaTable as SparkDeltaTable
+
+        frame = self._frame(rows, schema)
 
         location = self.table_location(CONSUME_OFFSETS_TABLE)
         same_key = [F.col(f"t.{key}") == F.col(f"s.{key}") for key in OFFSETS_MERGE_KEYS]
@@ -125,13 +139,15 @@ class DeltaSparkOutput:
         location = self.table_location(table)
         source = conform(frame, schema).alias("s")
         token = _commit_token(str(uuid.uuid4()))
+        # delta-spark takes the update as a dict of str | Column (a dict is invariant): widen it.
+        updates: dict[str, str | Column] = dict(merge_updates(schema.fieldNames()))
 
         def merge() -> None:
             (
                 SparkDeltaTable.forPath(self.spark, location)
                 .alias("t")
                 .merge(source, merge_predicate(table))
-                .whenMatchedUpdate(NEWER_OR_SAME_T, merge_updates(schema.fieldNames()))
+                .whenMatchedUpdate(NEWER_OR_SAME_T, updates)
                 .whenNotMatchedInsertAll()
                 .execute()
             )
@@ -185,11 +201,11 @@ def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
     try:
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
+        for key, old in previous.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
 
 
 def _retry_spark(commit: Callable[[], object]) -> None:

@@ -2,14 +2,15 @@
 from ``run_summary`` of the output root like ``jobs.history``), the lines the summary
 prints per kind, and ``--fail-on`` (exit 3 once everything is written).
 
-The rules themselves are pure (``transforms.anomalies``); this module reads earlier runs
-through delta-rs in the driver and decides what the command line does with the findings.
+The rules themselves are pure (``transforms.anomalies``, shaped into the table by
+``transforms.outputs``); this module reads earlier runs through delta-rs in the driver and
+decides what the command line does with the findings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,11 +18,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import absolute_root
-from jobs.materialize import SparkMaterializer
 from schemas.outputs import RUN_SUMMARY_TABLE, SEVERITIES
-from transforms.anomalies import stalled_offset, with_anomaly_counts, with_run_columns
 from transforms.params import RoundParams
-from transforms.round import RoundOutputs
 
 EXIT_ANOMALIES = 3  # --fail-on: anomalies of that severity (or worse) were found and written
 
@@ -76,33 +74,16 @@ def earlier_offsets(root: str, run_id: str, as_of_ms: int, runs: int) -> list[di
     return latest
 
 
-def with_stalled_offsets(
-    spark: SparkSession, outputs: RoundOutputs, root: str, params: RoundParams
-) -> RoundOutputs:
-    """``outputs`` with the ``stalled_offset`` findings of this run against the earlier runs
-    of the output root ``root`` added to ``anomalies`` and counted in ``run_summary``."""
+def earlier_offsets_frame(spark: SparkSession, root: str, params: RoundParams) -> DataFrame | None:
+    """``EARLIER_OFFSETS`` rows of the output root's earlier runs for ``stalled_offset``
+    (``earlier_offsets``), or None when there is none."""
     rows = earlier_offsets(root, params.run_id, params.as_of_ms, params.stalled_offset_runs)
     if not rows:
-        return outputs
-    earlier = spark.createDataFrame(
+        return None
+    return spark.createDataFrame(
         [tuple(row[name] for name in EARLIER_OFFSETS.fieldNames()) for row in rows],
         EARLIER_OFFSETS,
     )
-    # run_summary and the findings are one row per queue at most: through the driver, so
-    # that the joins below do not carry the round's whole plan once more (a run over
-    # segments failed analysing it).
-    summary = _local(spark, outputs.run_summary)
-    stalled = _local(spark, with_run_columns(stalled_offset(summary, earlier, params), params))
-    anomalies = outputs.anomalies.unionByName(stalled)
-    return replace(
-        outputs, anomalies=anomalies, run_summary=with_anomaly_counts(summary, anomalies)
-    )
-
-
-def _local(spark: SparkSession, frame: DataFrame) -> DataFrame:
-    """A per-queue frame computed once and brought back as local rows (its lineage cut),
-    through the job's one way of doing so (row guard included)."""
-    return SparkMaterializer().per_queue(frame)
 
 
 @dataclass(frozen=True)
@@ -118,13 +99,16 @@ class KindCount:
         return sum(count for _, _, count in self.queues)
 
 
-def anomaly_counts(outputs: RoundOutputs) -> list[KindCount]:
-    """Per kind and severity, the count per queue (one small aggregate, to the driver)."""
-    rows = (
-        outputs.anomalies.groupBy("kind", "severity", "broker", "queue_id")
-        .agg(F.count(F.lit(1)).alias("n"))
-        .collect()  # one row per kind, severity and queue
+def kind_counts(anomalies: DataFrame) -> DataFrame:
+    """``kind, severity, broker, queue_id, n``: the anomalies per kind, severity and queue
+    (a small aggregate; the job collects it with the other small tables)."""
+    return anomalies.groupBy("kind", "severity", "broker", "queue_id").agg(
+        F.count(F.lit(1)).alias("n")
     )
+
+
+def anomaly_counts(rows: Iterable[Mapping[str, Any]]) -> list[KindCount]:
+    """Per kind and severity, the count per queue, from ``kind_counts``' rows."""
     grouped: dict[tuple[str, str], list[tuple[str, int | None, int]]] = {}
     for row in rows:
         grouped.setdefault((row["kind"], row["severity"]), []).append(

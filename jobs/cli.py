@@ -31,6 +31,7 @@ from jobs.extract import parse_as_of, settle_as_of
 from jobs.output import AfterCommit
 from jobs.progress import write_stderr
 from jobs.run import EXIT_OK, JobRequest, StrictModeError, run
+from jobs.session import ConnectUnreachableError, own_connect_session, remote_url
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "build_parser", "main"]
@@ -46,6 +47,7 @@ CONFIG_FLAGS = (
     "verify_crc",
     "as_of",
     "master",
+    "remote",
     "writer",
     "catalog_schema",
     "fail_on",
@@ -150,6 +152,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         help="exit 3, after writing everything, when anomalies of this severity or worse exist",
     )
     parser.add_argument("--master", help="Spark master when not launched by spark-submit")
+    parser.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run on a Spark Connect server (default: SPARK_REMOTE when set; docs/connect.md)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show Spark's own logging")
 
 
@@ -324,8 +331,12 @@ def run_command(
     config = load_config(args.conf, config_overrides(args))
     request = request_from(args, config)  # a malformed --as-of fails here, before the checks
     validate_arguments(args)
+    remote = remote_url(config.remote)
     request = settled(request, config)
-    return run(request, config, spark, started, after_commit)
+    if spark is not None or not remote:
+        return run(request, config, spark, started, after_commit)
+    with own_connect_session(remote, config.shuffle_partitions, args.verbose) as connected:
+        return run(request, config, connected, started, after_commit)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -371,7 +382,7 @@ def main(
     except InputError as exc:
         write_stderr(f"error: {exc}")
         return EXIT_BAD_INPUT
-    except StrictModeError as exc:
+    except (StrictModeError, ConnectUnreachableError) as exc:
         write_stderr(f"error: {exc}")
         return EXIT_FAILED
     except KeyboardInterrupt:  # a caller's session: PySpark's handler raised it

@@ -41,6 +41,7 @@ class JobConfig:
     strict: bool
     verify_crc: bool
     master: str
+    remote: str  # a Spark Connect server's URL (sc://HOST:PORT); empty: SPARK_REMOTE or master
     shuffle_partitions: int
     driver_memory: str
     writer: str

@@ -7,7 +7,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from connectors.errors import InputError
 from connectors.rocketmq.offsets_file import committed_rows, read_consumer_offsets
 from connectors.rocketmq.probe import StoreTimes, transaction_times
-from connectors.rocketmq.reader import StoreSpec, parse_store_arg, read_stores
+from connectors.rocketmq.reader import StorePlan, StoreSpec, parse_store_arg, read_stores
 from connectors.segments import read_segments
 from jobs.config import JobConfig
 from schemas.messages import COMMITTED_OFFSET
@@ -274,6 +274,8 @@ class Inputs:
     release: Callable[[], None] | None = None  # set when the reader already caches its output
     # (broker, offsets file used, why the usual file was not used or None), for warnings
     offsets_files: tuple[tuple[str, str, str | None], ...] = ()
+    # No record's queue offset can repeat (the store reader's, usually): no duplicate check.
+    offsets_unique: bool = False
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -285,26 +287,27 @@ class Inputs:
             messages.unpersist()
             bad_records.unpersist()
 
-        return Inputs(
-            messages,
-            bad_records,
-            self.committed_offsets,
-            self.notes,
-            self.identity,
-            release,
-            self.offsets_files,
-        )
+        return replace(self, messages=messages, bad_records=bad_records, release=release)
 
     def unpersist(self) -> None:
         if self.release is not None:
             self.release()
 
 
-def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobConfig) -> Inputs:
-    """The records of broker stores (``[NAME=]DIR`` each), the job's lean columns."""
+def read_store_inputs(
+    spark: SparkSession, stores: Sequence[str], config: JobConfig, plan: StorePlan | None = None
+) -> Inputs:
+    """The records of broker stores (``[NAME=]DIR`` each), the job's lean columns. ``plan``:
+    the stores' plan made before the session started (``jobs.progress.planned_read``), so
+    that they are not planned again."""
     specs = [parse_store_arg(arg) for arg in stores]
     read = read_stores(
-        spark, specs, verify_crc=config.verify_crc, include_half_body=config.include_body, lean=True
+        spark,
+        specs,
+        verify_crc=config.verify_crc,
+        include_half_body=config.include_body,
+        lean=True,
+        plan=plan,
     )
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
@@ -316,6 +319,7 @@ def read_store_inputs(spark: SparkSession, stores: Sequence[str], config: JobCon
         identity,
         read.unpersist,
         read.offsets_files,
+        read.offsets_unique,
     )
 
 

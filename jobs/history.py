@@ -4,13 +4,13 @@
 Which runs to chain from is decided on ``run_summary`` (a row per queue and run, read in
 the driver through delta-rs), and the pending rows of those runs are read by Spark from the
 files Delta's log lists for their partitions. Both writers write the same log, so this
-reads the tables of either. ``with_pending_history`` hands them to the pure carry-over of
-``transforms.pending_history``; the run's and the notebook's write phases call it.
+reads the tables of either. ``transforms.outputs.shape_tables`` carries the first sightings
+over (``transforms.pending_history``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -20,9 +20,6 @@ from pyspark.sql import types as T
 
 from connectors.delta_commit import PARTITION_COLUMN, absolute_root
 from schemas.outputs import PENDING, PENDING_TABLE, RUN_SUMMARY_TABLE
-from transforms.params import RoundParams
-from transforms.pending_history import carry_pending_since
-from transforms.round import RoundOutputs
 
 # What carry_pending_since reads of an earlier pending row (run_id is the partition column:
 # it is in Delta's log, not in the files, and is added per run below).
@@ -100,14 +97,3 @@ def earlier_pending(spark: SparkSession, root: str, run_id: str, as_of_ms: int) 
     for frame in frames[1:]:
         earlier = earlier.unionByName(frame)
     return earlier
-
-
-def with_pending_history(
-    spark: SparkSession, outputs: RoundOutputs, root: str, params: RoundParams
-) -> RoundOutputs:
-    """``outputs`` with pending rows that carry their first sighting from the earlier runs of
-    the output root ``root`` (unchanged when it has none)."""
-    earlier = earlier_pending(spark, root, params.run_id, params.as_of_ms)
-    if earlier is None:
-        return outputs
-    return replace(outputs, pending=carry_pending_since(outputs.pending, earlier))

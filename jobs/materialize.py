@@ -8,11 +8,14 @@ the round's stages stay lazy ``DataFrame -> DataFrame`` functions (tests pass
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from transforms.messages import QUEUE_KEY
 from transforms.queue_values import joined_values, literal_values
@@ -33,76 +36,81 @@ MAX_QUEUE_ROWS = 100_000
 # the transaction topics have one queue per broker.
 LITERAL_QUEUES = 64
 
-# Operators that keep a plan "narrow": each output row is computed from one input row.
-_NARROW = {"Project", "Filter", "SubqueryAlias"}
-# Leaves that hold data already materialised (cached, a cached frame's rows behind a cut
-# plan, or local rows in the plan).
-_MATERIALISED = {"InMemoryRelation", "LogicalRDD", "LocalRelation"}
-_OPERATOR = re.compile(r"^[\s:|+\-]*(\w+)")
+# From this many planned half/op records on, Spark's adaptive execution is worth its cost:
+# it sizes each shuffle's partitions from what the stage wrote and turns a join whose
+# side came out small into a broadcast. Below it, every shuffle and broadcast stage it
+# plans is a Spark job of its own, and those jobs, not the records, are the run's time.
+ADAPTIVE_FROM_RECORDS = 500_000
 
 
-def _first_path(plan: str) -> list[str]:
-    """The operators of a plan's tree string from the root down to its first leaf (the
-    first line that is not an operator ends it)."""
-    path = []
-    for line in plan.splitlines():
-        match = _OPERATOR.match(line)
-        if match is None:
-            break
-        path.append(match.group(1))
-        if path[-1] in _MATERIALISED:
-            break
-    return path
+# Without adaptive execution nothing sizes a shuffle's partitions from what it holds: a
+# small read shuffles into this many (one per core of a local[2] run), not into
+# ``shuffle_partitions`` tasks per stage, most of them empty.
+SMALL_READ_PARTITIONS = 2
 
 
-def _narrow(path: list[str]) -> bool:
-    return bool(path) and path[-1] in _MATERIALISED and set(path[:-1]) <= _NARROW
+def wants_adaptive(planned_records: int | None) -> bool:
+    """Whether the job's own session runs adaptive execution: when the planned read is
+    large, or its size is unknown before the read (exported segments)."""
+    return planned_records is None or planned_records >= ADAPTIVE_FROM_RECORDS
 
 
-def is_narrow_over_cache(frame: DataFrame) -> bool:
-    """Whether ``frame``'s optimised plan is only projections and filters above one
-    materialised leaf. Read from plans' tree strings: the operators printed before the
-    first leaf are the path from the root to it (a join or union would print first).
-
-    The analysed plan with cached data substituted answers first: optimising a round's
-    deep plans took seconds per call. Only a union on its path needs the optimiser, which
-    prunes a branch filtered by a constant (the store reader's records when every queue
-    offset is unique); a join, aggregate or generator it would not remove from these
-    frames."""
-    query = frame._jdf.queryExecution()
-    path = _first_path(query.withCachedData().toString())
-    if "Union" not in path:
-        return _narrow(path)
-    return _narrow(_first_path(query.optimizedPlan().toString()))
-
-
-def cut_lineage(frame: DataFrame) -> DataFrame:
-    """``frame`` as a frame whose plan is one leaf over its computed rows.
-
-    Later stages built on the frame itself carry its whole plan: Spark analyses it again
-    at every step, and the anomaly rules and the run summary would plan hundreds of
-    operators. Here the frame's shuffles run once, now (adaptive execution
-    runs them when the plan is turned into an RDD); each later action reads their outputs
-    and runs only the frame's last stage again. Spark's own local checkpoint cuts the
-    plan the same way but keeps a row-wise copy of every row, which ran a 1 GiB driver
-    out of heap.
-    """
-    session = frame.sparkSession
-    jsession = session._jsparkSession
-    rows = frame._jdf.queryExecution().toRdd()
-    schema = jsession.parseDataType(frame.schema.json())
-    return DataFrame(jsession.internalCreateDataFrame(rows, schema, False), session)
+# How materialised frames are held: serialised, in memory while it fits, then on disk, so
+# that a large store's records never fill the driver's or an executor's heap.
+STORAGE = StorageLevel.MEMORY_AND_DISK
 
 
 class DriverRowsError(RuntimeError):
     """A frame said to be per-queue had more rows than any set of queues has."""
 
 
+def collect_together(
+    frames: Mapping[str, DataFrame], max_rows: int = MAX_QUEUE_ROWS
+) -> dict[str, pa.Table]:
+    """Several small frames (per queue, per broker, per run) brought to the driver in one
+    Spark action, each as an Arrow table of its own columns and types.
+
+    One frame of one struct column per input, each row carrying one of them (the others
+    null), is one plan: the frames' shared parts (the round's cached records, the
+    anomalies) are read by one query, not one per frame."""
+    names = list(frames)
+    # Every field nullable: a row of another frame carries this one's struct as a null.
+    types = {
+        name: T.StructType([T.StructField(f.name, f.dataType) for f in frame.schema.fields])
+        for name, frame in frames.items()
+    }
+    parts = [
+        frame.select(
+            *[
+                (F.struct(*frame.columns) if other == name else F.lit(None))
+                .cast(types[other])
+                .alias(other)
+                for other in names
+            ]
+        )
+        for name, frame in frames.items()
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    table = union.toArrow()  # small frames only: each checked below
+    if table.num_rows > max_rows * len(names):
+        raise DriverRowsError(
+            f"{table.num_rows} rows of small tables, more than any set of queues"
+            f" ({max_rows} each): a record-level frame was taken for a small one"
+        )
+    collected = {}
+    for name in names:
+        column = table.column(name)
+        rows = pc.filter(column, pc.is_valid(column)).combine_chunks()
+        collected[name] = pa.Table.from_struct_array(rows)
+    return collected
+
+
 class SparkMaterializer:
-    """Cuts the lineage of record-level frames, caches the few records that several rules
-    read (``kept``), localises per-queue frames, bounds the records from h0 to choose
-    broadcast or shuffle, and attaches per-queue values as literals when the queues are
-    few."""
+    """Holds the record-level frames several stages read behind one-leaf plans (``records``,
+    ``kept``), localises per-queue frames, bounds the records from h0 to choose broadcast or
+    shuffle, and attaches per-queue values as literals when the queues are few."""
 
     def __init__(
         self,
@@ -113,31 +121,34 @@ class SparkMaterializer:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
         self.literal_queues = literal_queues
-        self._kept: list[DataFrame] = []
+
+    @classmethod
+    def for_session(cls, spark: SparkSession) -> SparkMaterializer:
+        """The job's materializer for ``spark``: without adaptive execution (a small read,
+        ``wants_adaptive``) nothing is broadcast on the records' bound, since every
+        broadcast is a Spark job of its own and a shuffle one more stage of a query's
+        one job."""
+        adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true") == "true"
+        return cls() if adaptive else cls(broadcast_rows=0)
 
     def records(self, frame: DataFrame) -> DataFrame:
-        """A frame several stages read, computed up to its shuffle outputs and cut to one
-        leaf over them (``cut_lineage``), unless it is only a projection or filter of data
-        cached already (the store reader's records when every queue offset is unique),
-        which a reader rescans anyway.
+        """A record-level frame several stages read, behind a plan of one leaf: Spark's
+        local checkpoint, filled by the first query that reads it (``STORAGE``). Later
+        stages read its rows, not its plan, which would otherwise be planned again in
+        every query built on it; and unlike a cache, no later plan is compared with it.
+        Its rows are freed when nothing references the frame.
 
-        Not persisted: the cut plan reads the frame's own plan, planned before any cache
-        of it existed, so such a cache would never be filled and the run would pay for
-        the cache manager's planning of every frame for nothing. Filling a real cache
-        instead is no faster on a large store, slower on a small one, and would hold
-        every exploded op item of a large store in memory."""
-        if is_narrow_over_cache(frame):
-            return frame
-        return cut_lineage(frame)
+        The checkpoint keeps the frame's column identities, so a later join of it with
+        what it was made from (the discard rows with their transactions' half records)
+        would name the same columns on both sides, which Spark cannot always tell apart:
+        its columns are renamed to themselves, which gives them identities of their own."""
+        held = frame.localCheckpoint(eager=False, storageLevel=STORAGE)
+        return held.toDF(*frame.columns)
 
     def kept(self, frame: DataFrame) -> DataFrame:
-        """A frame filtered down to a few records that several stages read, cached (memory,
-        then disk) until ``release``. Unlike ``records``, whose cut plan still reruns its
-        last stage, a scan of every record, for each reader, the readers of a kept frame
-        read the cache: ``frame`` is persisted before anything plans it, so every later
-        plan over it finds the cache."""
-        self._kept.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
-        return self._kept[-1]
+        """A frame filtered down to a few records that several stages read: held like
+        ``records`` (the job makes no difference between the two)."""
+        return self.records(frame)
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
         """Bring a per-queue frame to the driver and back as a local relation. Without it,
@@ -174,8 +185,5 @@ class SparkMaterializer:
         return literal_values(records, queues, rows, columns)
 
     def release(self) -> None:
-        """Unpersist what ``kept`` cached (``records`` keeps no cache: Spark drops the
-        shuffle outputs behind a cut frame once nothing references it)."""
-        for frame in self._kept:
-            frame.unpersist()
-        self._kept.clear()
+        """Nothing to free here: a checkpointed frame's rows go with the frame (Spark's
+        context cleaner drops them once no frame references them)."""

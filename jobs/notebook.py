@@ -8,25 +8,23 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
+from connectors.rocketmq.discards import DiscardSource
 from connectors.rocketmq.reader import parse_store_arg
 from jobs.config import JobConfig, load_config
-from jobs.discards import build_discard_history
 from jobs.extract import (
     AsOfChoice,
-    Inputs,
     parse_as_of,
     read_segment_inputs,
     read_store_inputs,
     settle_as_of,
 )
-from jobs.output import write_outputs
-from jobs.run import JobRequest, run_round
+from jobs.output import write_tables
+from jobs.pipeline import reconcile_inputs
 from jobs.session import probe_workers
-from transforms.round import RoundOutputs, shape_outputs
+from transforms.outputs import RoundOutputs
 
 
 def reconcile_stores(
@@ -49,18 +47,21 @@ def reconcile_stores(
         settings: any ``JobConfig`` field (check_max, transaction_timeout_ms, ...).
 
     Returns:
-        ``transforms.round.RoundOutputs``. Call its ``release()`` once done with the
-        frames: it frees what the read and the round cached (the frames stay usable,
-        computed again). Each call otherwise keeps its cache, and its plans, for the
-        session's life.
+        ``transforms.outputs.RoundOutputs``: the command line's tables (its pipeline,
+        ``jobs.pipeline``), with the columns only a write fills (``inputs``, ``writer``,
+        ``job_version``, ``written_at_ms``, ``duration_ms`` of run_summary) null. Call its
+        ``release()`` once done with the frames: it frees what the read and the round
+        cached (the frames stay usable, computed again). Each call otherwise keeps its
+        cache for the session's life.
     """
     config = load_config(None, dict(settings))
     probe_workers(spark)
     settled, choice = _settled(as_of, stores, config)
     inputs = read_store_inputs(spark, stores, config)
-    return _releasing_inputs(
-        shape_outputs(run_round(inputs, config, settled, run_id, choice)), inputs
-    )
+    source = DiscardSource(stores=tuple(stores))
+    return reconcile_inputs(
+        spark, inputs, config, settled, source, run_id=run_id, choice=choice
+    ).tables()
 
 
 def _settled(
@@ -74,16 +75,6 @@ def _settled(
     if choice is not None:
         print(choice.line, file=sys.stderr)
     return settled, choice
-
-
-def _releasing_inputs(outputs: RoundOutputs, inputs: Inputs) -> RoundOutputs:
-    """``outputs`` whose ``release`` also frees what the read cached."""
-
-    def release() -> None:
-        outputs.release()
-        inputs.unpersist()
-
-    return replace(outputs, release=release)
 
 
 def reconcile_segments(
@@ -102,10 +93,11 @@ def reconcile_segments(
     config = load_config(None, dict(settings))
     probe_workers(spark)
     settled, choice = _settled(as_of, (), config)
-    inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets)
-    return _releasing_inputs(
-        shape_outputs(run_round(inputs, config, settled, run_id, choice)), inputs
-    )
+    inputs = read_segment_inputs(spark, half, op, fmt, broker, offsets).persist()
+    source = DiscardSource(fmt=fmt, broker=broker)
+    return reconcile_inputs(
+        spark, inputs, config, settled, source, run_id=run_id, choice=choice
+    ).tables()
 
 
 def reconcile_stores_to_delta(
@@ -128,30 +120,16 @@ def reconcile_stores_to_delta(
     Returns:
         Table name -> rows written.
     """
-    from jobs.anomalies import with_stalled_offsets
-    from jobs.history import with_pending_history  # deltalake: driver only
-
     config = load_config(None, {**settings, "writer": writer, "catalog_schema": catalog_schema})
+    started = time.time()
+    probe_workers(spark)
     settled, choice = _settled(as_of, stores, config)
-    inputs = read_store_inputs(spark, stores, config).persist()
-    state = run_round(inputs, config, settled, run_id, choice)
-    request = JobRequest(output=output, as_of=state.params.as_of_ms, stores=tuple(stores))
-    discards = build_discard_history(spark, request, config, state)
+    inputs = read_store_inputs(spark, stores, config)
+    source = DiscardSource(stores=tuple(stores))
+    reconciled = reconcile_inputs(
+        spark, inputs, config, settled, source, run_id=run_id, choice=choice, output_root=output
+    )
     try:
-        outputs = with_pending_history(spark, shape_outputs(state), output, state.params)
-        outputs = discards.apply(outputs, state.params)
-        return write_outputs(
-            spark,
-            with_stalled_offsets(spark, outputs, output, state.params),
-            state.params.run_id,
-            output,
-            config.include_body,
-            time.time(),
-            lambda message: None,
-            writer_choice=config.writer,
-            catalog_schema=config.catalog_schema,
-        )
+        return write_tables(spark, reconciled, output, config, started, lambda message: None).counts
     finally:
-        discards.release()
-        state.unpersist()
-        inputs.unpersist()
+        reconciled.release()

@@ -11,117 +11,134 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
+from connectors.connect import default_parallelism
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
-from jobs.anomalies import KindCount, anomaly_lines
+from jobs.anomalies import KindCount, anomaly_lines, kind_counts
 from jobs.attention import attention_lines, settings_line
+from jobs.config import JobConfig
+from jobs.discards import outcome_counts
+from jobs.materialize import collect_together
 from jobs.offsets import (
     FRAGMENT_AFTER,
     FRAGMENT_COMMITTED,
     FRAGMENT_SAFE,
     write_fragment_facts,
 )
+from jobs.pipeline import Reconciled
 from schemas.messages import HALF_TOPIC
 from schemas.outputs import CLASSES, CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
-from transforms.round import RoundOutputs
+from transforms.outputs import SMALL_TABLES, RoundOutputs, RunFacts
 
 Progress = Callable[[str], None]
+# The printout's counts, collected with the small tables (``Written``).
+KINDS, OUTCOMES = "anomaly_kinds", "discard_outcomes"
 # Called with a table's name right after its commit (tests stop a run there: the fault tests
 # of tests/robustness pass one; the command line passes none).
 AfterCommit = Callable[[str], None]
 
 
-class RunFacts(TypedDict):
-    """What run_summary records beside the round's settings."""
+@dataclass(frozen=True)
+class Written:
+    """What a run wrote: rows per table, and the small tables' rows (brought to the driver
+    once, then written and printed): ``run_summary``, ``consume_offsets``, the anomaly
+    counts (``jobs.anomalies.kind_counts``) and the discard outcomes
+    (``jobs.discards.outcome_counts``)."""
 
-    inputs: list[str]
-    writer: str
-    job_version: str
-
-
-def with_run_time_columns(summary: DataFrame, facts: RunFacts, started: float) -> DataFrame:
-    """``run_summary`` with the columns only the writer knows: inputs, writer, job version,
-    when it was written and how long the run took until then."""
-    now = int(time.time() * 1000)
-    return summary.withColumns(
-        {
-            "inputs": F.array(*[F.lit(i) for i in facts["inputs"]]).cast("array<string>"),
-            "writer": F.lit(facts["writer"]),
-            "job_version": F.lit(facts["job_version"]),
-            "written_at_ms": F.lit(now),
-            "duration_ms": F.lit(now - int(started * 1000)),
-        }
-    )
+    counts: dict[str, int]
+    run_summary: list[dict[str, Any]]
+    consume_offsets: list[dict[str, Any]]
+    kinds: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
 
 
 def fit_to_cores(frame: DataFrame) -> DataFrame:
     """``frame`` in at most as many partitions as the session has cores, without a shuffle.
 
     A table's frame has the partitions of whatever it was last computed from: a union of
-    the anomaly rules or of the bad records' sources has one per input partition (14 for
-    the ``make run`` sample's four anomaly rows), and every partition is a write task that
-    deserialises the Hadoop configuration and writes a file, most of them empty. The
-    cores bound the tasks that run at once anyway; on a cluster they are all its
-    executors' cores, so a big table is still written by every executor."""
-    return frame.coalesce(frame.sparkSession.sparkContext.defaultParallelism)
+    the anomaly rules or of the bad records' sources has one per input partition, and
+    every partition is a write task that deserialises the Hadoop configuration and writes
+    a file, most of them empty. The cores bound the tasks that run at once anyway; on a
+    cluster they are all its executors' cores, so a big table is still written by every
+    executor."""
+    return frame.coalesce(default_parallelism(frame.sparkSession))
 
 
-def write_outputs(
+def _small_tables(outputs: RoundOutputs) -> dict[str, pa.Table]:
+    """The small tables and the printout's counts, in one Spark action."""
+    return collect_together(
+        {
+            RUN_SUMMARY_TABLE: outputs.run_summary,
+            CONSUME_OFFSETS_TABLE: outputs.consume_offsets,
+            KINDS: kind_counts(outputs.anomalies),
+            OUTCOMES: outcome_counts(outputs.discard_history),
+        }
+    )
+
+
+def write_tables(
     spark: SparkSession,
-    outputs: RoundOutputs,
-    run_id: str,
+    reconciled: Reconciled,
     output_root: str,
-    include_body: bool,
+    config: JobConfig,
     started: float,
     progress: Progress,
-    facts: RunFacts | None = None,
-    writer_choice: str = "auto",
-    catalog_schema: str = "",
     after_commit: AfterCommit | None = None,
-) -> dict[str, int]:
-    """Create the tables if absent, replace this run's rows in each; offsets last.
-    ``facts`` (``run_facts``: inputs, writer, job version) are recorded in run_summary;
-    ``after_commit`` is called with each table's name once it is committed."""
+) -> Written:
+    """Shape every table with the run's facts, create the tables if absent and replace this
+    run's rows in each (``discard_history`` merged on its key; offsets last). The small
+    tables reach the driver together and are committed from there; each record-level
+    table is written once by the executors. ``after_commit`` is called with each table's
+    name once it is committed."""
     from connectors.delta import MERGED_TABLES, open_output, register_tables
 
-    writer = open_output(spark, output_root, writer_choice)
+    writer = open_output(spark, output_root, config.writer)
     progress(f"writing through {type(writer).__name__}")
-    facts = facts or run_facts(writer, ())
+    now_ms = int(time.time() * 1000)
+    facts = RunFacts(
+        inputs=tuple(reconciled.identity),
+        writer=str(getattr(writer, "name", type(writer).__name__)),
+        job_version=job_version(),
+        written_at_ms=now_ms,
+        duration_ms=now_ms - int(started * 1000),
+    )
+    outputs = reconciled.tables(facts)
+    small = _small_tables(outputs)
+    run_id = reconciled.params.run_id
     counts: dict[str, int] = {}
     for name in outputs.tables():
-        writer.ensure_table(name, table_schema(name, include_body))
+        writer.ensure_table(name, table_schema(name, config.include_body))
     for name, frame in outputs.tables().items():
-        schema = table_schema(name, include_body)
-        if name == RUN_SUMMARY_TABLE:
-            frame = with_run_time_columns(frame, facts, started)
-        frame = fit_to_cores(frame)
+        schema = table_schema(name, config.include_body)
         if name == CONSUME_OFFSETS_TABLE:
-            counts[name] = writer.merge_offsets(frame, schema)
+            counts[name] = writer.merge_offsets(small[name], schema)
+        elif name in SMALL_TABLES:
+            counts[name] = writer.replace_run_rows(name, small[name], schema, run_id)
         elif name in MERGED_TABLES:  # discard_history: merged on its key, not per run
-            counts[name] = writer.merge_rows(name, frame, schema)
+            counts[name] = writer.merge_rows(name, fit_to_cores(frame), schema)
         else:
-            counts[name] = writer.replace_run(name, frame, schema, run_id)
+            counts[name] = writer.replace_run(name, fit_to_cores(frame), schema, run_id)
         progress(f"wrote {name}: {counts[name]} rows")
         if after_commit is not None:
             after_commit(name)
-    if catalog_schema:
-        names = register_tables(spark, output_root, catalog_schema, list(outputs.tables()))
+    if config.catalog_schema:
+        names = register_tables(spark, output_root, config.catalog_schema, list(outputs.tables()))
         progress(f"registered {', '.join(names)}")
-    return counts
-
-
-def run_facts(writer: object, inputs: Sequence[str]) -> RunFacts:
-    """What run_summary records beside the round's settings: the inputs, the writer
-    (``delta-rs`` or ``delta-spark``) and the job's version."""
-    name = str(getattr(writer, "name", type(writer).__name__))
-    return {"inputs": list(inputs), "writer": name, "job_version": job_version()}
+    return Written(
+        counts,
+        small[RUN_SUMMARY_TABLE].to_pylist(),
+        small[CONSUME_OFFSETS_TABLE].to_pylist(),
+        small[KINDS].to_pylist(),
+        small[OUTCOMES].to_pylist(),
+    )
 
 
 def job_version() -> str:

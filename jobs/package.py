@@ -36,15 +36,21 @@ if __name__ == "__main__":
 LOG4J_NAME = "log4j2.properties"
 
 
-def build(dist: Path) -> tuple[Path, Path]:
-    dist.mkdir(parents=True, exist_ok=True)
-    archive = dist / ZIP_NAME
+def write_archive(archive: Path) -> None:
+    """The job's packages and ``conf/`` in one zip: spark-submit's ``--py-files``, and what
+    a Spark Connect session adds for its server's Python workers (``jobs.session.ship_code``)."""
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as out:
         for package in PACKAGES:
             for path in sorted((ROOT / package).rglob("*.py")):
                 out.write(path, path.relative_to(ROOT).as_posix())
         for path in sorted((ROOT / "conf").iterdir()):
             out.write(path, f"conf/{path.name}")
+
+
+def build(dist: Path) -> tuple[Path, Path]:
+    dist.mkdir(parents=True, exist_ok=True)
+    archive = dist / ZIP_NAME
+    write_archive(archive)
     entry = dist / ENTRY_NAME
     entry.write_text(ENTRY_SCRIPT, encoding="utf-8")
     shutil.copyfile(ROOT / "conf" / LOG4J_NAME, dist / LOG4J_NAME)

@@ -5,7 +5,8 @@ Under ``spark-submit`` Python's stderr is not the job's: the JVM that runs the d
 script merges the script's stderr into its own stdout (``PythonRunner`` starts it with
 ``redirectErrorStream``), so the lines go through the JVM's own ``System.err`` there.
 
-The heartbeat is a thread polling Spark's status tracker (classic Spark): when a phase has
+The heartbeat is a thread polling Spark's status tracker (classic Spark; a Spark Connect
+session: the progress its server reports, ``connect_tasks``): when a phase has
 printed nothing for ``HEARTBEAT_S`` seconds it prints the tasks done and, while the store
 is decoded, about how many of the consume-queue entries the plan holds are read. A phase
 shorter than that prints nothing more; ``stop`` ends it before the summary is printed.
@@ -18,11 +19,16 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
+
+if TYPE_CHECKING:
+    from connectors.rocketmq.reader import StorePlan
 
 HEARTBEAT_S = 10.0  # the longest silence while a phase runs
 POLL_S = 1.0  # how often the heartbeat looks
@@ -42,12 +48,14 @@ class Tasks:
 class PlannedRead:
     """What the stores' read plans hold: consume-queue entries, and the commit-log files
     with the bytes they take on disk (a broker preallocates each file whole: 1 GiB by
-    default, mostly unwritten)."""
+    default, mostly unwritten). ``plan``: the plan itself, for the read to use
+    (``read_stores(plan=...)``) instead of planning the stores again."""
 
     entries: int
     commitlog_files: int
     commitlog_bytes: int
     stores: int
+    plan: StorePlan | None = field(default=None, compare=False, repr=False)
 
     def line(self) -> str:
         return (
@@ -126,7 +134,12 @@ def phase_started(name: str | None) -> None:
 
 
 def spark_tasks(spark: SparkSession) -> TaskPoll:
-    """Tasks of the stages running now, from the session's status tracker."""
+    """Tasks of the stages running now, from the session's status tracker (a Connect
+    session: from the progress its server reports, ``connect_tasks``)."""
+    from connectors.connect import is_connect
+
+    if is_connect(spark):
+        return connect_tasks(spark)
     tracker = spark.sparkContext.statusTracker()
 
     def poll() -> Tasks | None:
@@ -140,10 +153,43 @@ def spark_tasks(spark: SparkSession) -> TaskPoll:
     return poll
 
 
+class _ConnectProgress:
+    """A Connect session's progress handler: the stages of the operation running now, as
+    its server last reported them (about every 2 s, ``spark.connect.progress.reportInterval``;
+    a server that reports none leaves the heartbeat without task counts)."""
+
+    def __init__(self) -> None:
+        self.tasks: Tasks | None = None
+
+    def __call__(self, stages: Any, inflight_tasks: int, operation_id: Any, done: bool) -> None:
+        running = [stage for stage in stages or () if not stage.done]
+        if done or not running:
+            self.tasks = None
+            return
+        done_tasks = sum(stage.num_completed_tasks for stage in running)
+        self.tasks = Tasks(done_tasks, sum(stage.num_tasks for stage in running), len(running))
+
+
+# One handler per Connect session, registered once (a notebook session runs many jobs).
+_CONNECT_PROGRESS: weakref.WeakKeyDictionary[SparkSession, _ConnectProgress] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def connect_tasks(spark: SparkSession) -> TaskPoll:
+    """Tasks of the stages running now in a Spark Connect session (no status tracker on
+    this side): what its server reported last for the running operation."""
+    handler = _CONNECT_PROGRESS.get(spark)
+    if handler is None:
+        handler = _CONNECT_PROGRESS[spark] = _ConnectProgress()
+        spark.registerProgressHandler(handler)  # type: ignore[arg-type]  # a ProgressHandler
+    return lambda: handler.tasks
+
+
 def heartbeat_text(phase: str | None, tasks: Tasks | None, planned: PlannedRead | None) -> str:
     """The heartbeat's message: the phase, its running tasks and, while the store is
     decoded, about how many of the planned entries are read (tasks hold about equal
-    shares of them: ``connectors.rocketmq.read_plan.pack_tasks``)."""
+    shares of them: ``connectors.rocketmq.task_packing.pack_tasks``)."""
     name = phase or "read"  # before the first labelled phase: the read is being set up
     if tasks is None:
         return f"{name}: still running (no Spark task at the moment)"
@@ -218,26 +264,25 @@ def stop_heartbeat(progress: Callable[[str], None]) -> None:
 
 
 def planned_read(stores: Sequence[str]) -> PlannedRead | None:
-    """The consume-queue entries the read plans hold (all written entries of the half and
-    op queues: ``plan_store``) and the commit logs' sizes; reads file names, sizes and each
-    consume-queue file's tail, as the read's own planning does); None when a store
-    cannot be planned (the read reports why)."""
+    """The read's plan of the stores (``plan_stores``: the read uses it, the stores are
+    planned once) with the consume-queue entries it holds (all written entries of the half
+    and op queues) and the commit logs' sizes; None when a store cannot be planned (the
+    read plans it again and reports why)."""
     from connectors.errors import InputError
-    from connectors.rocketmq.read_plan import QueueUnit, list_commitlog
-    from connectors.rocketmq.reader import parse_store_arg, plan_store
+    from connectors.rocketmq.reader import QueueUnit, list_commitlog, parse_store_arg, plan_stores
 
-    entries = files = size = 0
+    files = size = 0
     try:
-        for arg in stores:
-            spec = parse_store_arg(arg)
-            units, _ = plan_store(spec)
-            entries += sum(unit.weight for unit in units if isinstance(unit, QueueUnit))
+        specs = [parse_store_arg(arg) for arg in stores]
+        plan = plan_stores(specs)
+        for spec in specs:
             commitlog = list_commitlog(spec.root)[0]
             files += len(commitlog)
             size += sum(_on_disk(spec.root / file.name, file.size) for file in commitlog)
     except (OSError, ValueError, InputError):  # the read reports what it cannot plan
         return None
-    return PlannedRead(entries, files, size, len(stores))
+    entries = sum(unit.weight for unit in plan.units if isinstance(unit, QueueUnit))
+    return PlannedRead(entries, files, size, len(stores), plan)
 
 
 def _on_disk(path: Path, size: int) -> int:

@@ -50,16 +50,15 @@ from jobs.output import (
     bad_records_line,
     format_summary,
     job_version,
-    run_facts,
     write_offset_fragments,
-    write_outputs,
+    write_tables,
 )
+from jobs.pipeline import with_picture_warnings
 from jobs.run import (
     PHASE_PREFIX,
     StrictModeError,
     refuse_far_past_store,
     round_totals,
-    with_picture_warnings,
 )
 
 __all__ = [
@@ -84,12 +83,11 @@ __all__ = [
     "refuse_far_past_store",
     "resolve_as_of",
     "round_totals",
-    "run_facts",
     "validate_arguments",
     "validate_output",
     "with_picture_warnings",
     "write_offset_fragments",
-    "write_outputs",
+    "write_tables",
 ]
 
 if __name__ == "__main__":

@@ -32,16 +32,18 @@ from jobs.report_anomalies import anomaly_sections
 from jobs.report_discards import discard_history_section
 from jobs.report_figures import (
     TOP_GROUP_TOPICS,
-    TOP_OLDEST,
-    bad_records_table,
     check_count_distribution,
     discards_over_runs,
     discards_over_time,
     offset_lanes,
-    offsets_table,
-    oldest_pending_table,
     pending_by_group_and_topic,
     pending_by_status_and_age,
+)
+from jobs.report_html import (
+    TOP_OLDEST,
+    bad_records_table,
+    offsets_table,
+    oldest_pending_table,
     summary_table,
 )
 from jobs.report_tables import HISTORY_RUNS, ReportError, RunTables, load_run

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 
 from jobs.charts import esc, human_ms, ident, iso_ms, num, stacked_columns
-from jobs.report_figures import AGE_BUCKETS, age_bucket, html_table
+from jobs.report_figures import AGE_BUCKETS, age_bucket
+from jobs.report_html import html_table
 from jobs.report_tables import RunTables
 from schemas.outputs import ANOMALY_KINDS, CRITICAL, INFO, SEVERITIES, WARNING
 

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from jobs.charts import empty_figure, flag, ident, iso_ms, num, stacked_columns
-from jobs.report_figures import _counts, _ordered, _text, _time_step, html_table
+from jobs.report_figures import category_counts, ordered_values, time_step
+from jobs.report_html import cell_text, html_table
 from jobs.report_tables import read_table
 from schemas.outputs import (
     DISCARD_HISTORY,
@@ -58,15 +59,15 @@ def _over_time(
     if history.empty:
         return empty_figure(name, title, "the broker discarded nothing (as far as the store shows)")
     at = history["discarded_at_ms"].astype("int64")
-    step, fmt = _time_step(float(at.max() - at.min()))
+    step, fmt = time_step(float(at.max() - at.min()))
     first = int(at.min()) // step * step
     slots = (at - first) // step
     categories = [
         datetime.fromtimestamp((first + i * step) / 1000, tz=UTC).strftime(fmt)
         for i in range(int(slots.max()) + 1)
     ]
-    names = _ordered(history, column, order)
-    series = _counts(
+    names = ordered_values(history, column, order)
+    series = category_counts(
         history.assign(_slot=slots.map(lambda s: categories[int(s)])),
         column,
         lambda f: f["_slot"],
@@ -92,8 +93,8 @@ def discard_reasons_over_time(history: pd.DataFrame) -> str:
 
 def reasons_table(history: pd.DataFrame) -> str:
     """Counts per reason (rows) and outcome (columns)."""
-    reasons = _ordered(history, "reason", DISCARD_REASONS)
-    outcomes = _ordered(history, "outcome", OUTCOMES)
+    reasons = ordered_values(history, "reason", DISCARD_REASONS)
+    outcomes = ordered_values(history, "outcome", OUTCOMES)
     rows = []
     for reason in reasons:
         subset = history[history["reason"] == reason]
@@ -102,7 +103,7 @@ def reasons_table(history: pd.DataFrame) -> str:
             {"reason": reason, **{o: int(counts.get(o, 0)) for o in outcomes}, "total": len(subset)}
         )
     columns: dict[str, Callable[[Any], str]] = {
-        "reason": _text,
+        "reason": cell_text,
         **{o: num for o in outcomes},
         "total": num,
     }
@@ -116,16 +117,16 @@ def unresolved_table(history: pd.DataFrame) -> str:
     )
     unresolved = unresolved.assign(discarded_at=unresolved["discarded_at_ms"].map(iso_ms))
     columns: dict[str, Callable[[Any], str]] = {
-        "broker": _text,
+        "broker": cell_text,
         "discard_offset": ident,
-        "resume_topic": _text,
-        "resume_offset_msg_id": _text,
+        "resume_topic": cell_text,
+        "resume_offset_msg_id": cell_text,
         "resume_futile": flag,
-        "reason": _text,
-        "discarded_at": _text,
-        "uniq_key": _text,
-        "producer_group": _text,
-        "real_topic": _text,
+        "reason": cell_text,
+        "discarded_at": cell_text,
+        "uniq_key": cell_text,
+        "producer_group": cell_text,
+        "real_topic": cell_text,
     }
     return html_table(
         "discard-history-unresolved",

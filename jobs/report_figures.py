@@ -1,12 +1,15 @@
-"""The report's figures and HTML tables, each built from one run's tables (``RunTables``)
-with the chart kit (``jobs.charts``)."""
+"""The report's figures, each built from one run's tables (``RunTables``) with the chart kit
+(``jobs.charts``): pending messages by status and age, by group and topic, by check count;
+discards over time and over runs; the offset lanes. Also the vocabulary they share with the
+other report sections (status and reason colours, age buckets) and the counting helpers
+(``category_counts``, ``ordered_values``, ``time_step``). The HTML tables are
+``jobs.report_html``'s."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import pandas as pd
 
@@ -17,11 +20,7 @@ from jobs.charts import (
     SECOND,
     OffsetLane,
     empty_figure,
-    esc,
-    human_ms,
-    ident,
     iso_ms,
-    num,
     stacked_columns,
     stacked_rows,
 )
@@ -29,7 +28,6 @@ from jobs.report_tables import HISTORY_RUNS, RunTables
 from schemas.messages import HALF_TOPIC
 from schemas.outputs import (
     CHECK,
-    CLASSES,
     DISCARD_CHECK_MAX,
     DISCARD_EXPIRED,
     IMMUNE,
@@ -65,7 +63,6 @@ AGE_BUCKETS: tuple[tuple[str, float], ...] = (
     ("> 3 d", math.inf),
 )
 TOP_GROUP_TOPICS = 15
-TOP_OLDEST = 25
 
 
 def age_bucket(age_ms: float) -> str:
@@ -80,7 +77,7 @@ def age_bucket(age_ms: float) -> str:
 # --- figures from tables -----------------------------------------------------------------------
 
 
-def _counts(
+def category_counts(
     frame: pd.DataFrame,
     by: str,
     key: Callable[[pd.DataFrame], pd.Series],
@@ -105,8 +102,10 @@ def pending_by_status_and_age(run: RunTables) -> str:
     pending = run.pending
     if not pending.empty and pending["age_ms"].isna().any():
         categories.append("unknown")
-    statuses = _ordered(pending, "status", PENDING_STATUSES)
-    series = _counts(pending, "status", lambda f: f["age_ms"].map(age_bucket), categories, statuses)
+    statuses = ordered_values(pending, "status", PENDING_STATUSES)
+    series = category_counts(
+        pending, "status", lambda f: f["age_ms"].map(age_bucket), categories, statuses
+    )
     return stacked_columns(
         "pending-status-age",
         "Pending transactions by age (as-of time minus born time) and status",
@@ -136,8 +135,8 @@ def pending_by_group_and_topic(run: RunTables) -> str:
     labels = top + ([f"({len(order) - len(top)} more pairs)"] if len(order) > len(top) else [])
     grouped = keys.where(keys.isin(top), labels[-1])
     frame = pending.assign(_key=grouped)
-    statuses = _ordered(pending, "status", PENDING_STATUSES)
-    series = _counts(frame, "status", lambda f: f["_key"], labels, statuses)
+    statuses = ordered_values(pending, "status", PENDING_STATUSES)
+    series = category_counts(frame, "status", lambda f: f["_key"], labels, statuses)
     return stacked_rows(
         "pending-group-topic",
         "Pending transactions by producer group / real topic",
@@ -158,8 +157,8 @@ def check_count_distribution(run: RunTables) -> str:
     known = counters.dropna().astype("int64")
     high = int(known.max()) if not known.empty else 0
     categories = ["none"] + [str(n) for n in range(0, high + 1)]
-    statuses = _ordered(pending, "status", PENDING_STATUSES)
-    series = _counts(
+    statuses = ordered_values(pending, "status", PENDING_STATUSES)
+    series = category_counts(
         pending,
         "status",
         lambda f: f["check_times"].map(lambda v: "none" if pd.isna(v) else str(int(v))),
@@ -176,7 +175,7 @@ def check_count_distribution(run: RunTables) -> str:
     )
 
 
-def _time_step(span_ms: float) -> tuple[int, str]:
+def time_step(span_ms: float) -> tuple[int, str]:
     for step, fmt in (
         (5 * MINUTE, "%m-%d %H:%M"),
         (HOUR, "%m-%d %H:00"),
@@ -195,7 +194,7 @@ def discards_over_time(run: RunTables) -> str:
     if discards.empty:
         return empty_figure("discards-time", title, "no discards in this run")
     born = discards["born_timestamp_ms"].fillna(run.as_of_ms).astype("int64")
-    step, fmt = _time_step(float(born.max() - born.min()))
+    step, fmt = time_step(float(born.max() - born.min()))
     first = int(born.min()) // step * step
     slots = (born - first) // step
     count = int(slots.max()) + 1
@@ -203,8 +202,8 @@ def discards_over_time(run: RunTables) -> str:
         datetime.fromtimestamp((first + i * step) / 1000, tz=UTC).strftime(fmt)
         for i in range(count)
     ]
-    reasons = _ordered(discards, "reason", (REASON_CHECK_MAX, REASON_EXPIRED))
-    series = _counts(
+    reasons = ordered_values(discards, "reason", (REASON_CHECK_MAX, REASON_EXPIRED))
+    series = category_counts(
         discards.assign(_slot=slots.map(lambda s: categories[int(s)])),
         "reason",
         lambda f: f["_slot"],
@@ -223,7 +222,7 @@ def discards_over_runs(run: RunTables) -> str:
         return empty_figure("discards-runs", title, "no runs")
     categories = [iso_ms(ms)[:16].replace("T", " ") for ms in runs["as_of_ms"]]
     history = run.discard_history
-    reasons = _ordered(history, "reason", (REASON_CHECK_MAX, REASON_EXPIRED))
+    reasons = ordered_values(history, "reason", (REASON_CHECK_MAX, REASON_EXPIRED))
     series = {reason: [0] * len(categories) for reason in reasons}
     position = {rid: i for i, rid in enumerate(runs["run_id"])}
     for row in history.itertuples(index=False):
@@ -280,138 +279,9 @@ def offset_lanes(run: RunTables) -> list[OffsetLane]:
     return lanes
 
 
-def _ordered(frame: pd.DataFrame, column: str, preferred: Sequence[str]) -> list[str]:
+def ordered_values(frame: pd.DataFrame, column: str, preferred: Sequence[str]) -> list[str]:
     """Known values in the preferred order, then any others (sorted), so none is dropped."""
     present = (
         set(frame[column].dropna().astype(str)) if not frame.empty and column in frame else set()
     )
     return [v for v in preferred if v in present] + sorted(present - set(preferred))
-
-
-# --- HTML tables -----------------------------------------------------------------------------
-
-
-def html_table(
-    name: str,
-    frame: pd.DataFrame,
-    columns: Mapping[str, Callable[[Any], str]],
-    empty_message: str,
-    wrap: Sequence[str] = (),
-) -> str:
-    if frame.empty:
-        return f'<p id="table-{name}" data-table="{name}" data-rows="0" class="empty">{esc(empty_message)}</p>'
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    rows = []
-    for record in frame.to_dict("records"):
-        cells = "".join(
-            ('<td class="wrap">' if c in wrap else "<td>") + f"{fmt(record.get(c))}</td>"
-            for c, fmt in columns.items()
-        )
-        rows.append(f"<tr>{cells}</tr>")
-    return (
-        f'<div class="scroll"><table id="table-{name}" data-table="{name}" data-rows="{len(frame)}">'
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-    )
-
-
-def _text(value: object) -> str:
-    if value is None or (not isinstance(value, list | tuple) and pd.isna(value)):
-        return ""
-    return esc(value)
-
-
-def summary_table(run: RunTables) -> str:
-    """The per-queue counts; the rows' warnings are at the top of the page (attention)."""
-    columns: dict[str, Callable[[Any], str]] = {"broker": _text, "queue_id": ident}
-    for name in ("h0", "h1", "h_safe", "p0", "p1", "p_safe"):
-        columns[name] = ident
-    for name in (*CLASSES, "bad_records"):
-        columns[name] = num
-    frame = run.run_summary.sort_values(["broker", "queue_id"])
-    return html_table("run-summary", frame, columns, "no summary rows")
-
-
-def oldest_pending_table(run: RunTables) -> str:
-    pending = run.pending
-    if not pending.empty:
-        pending = pending.sort_values(
-            ["age_ms", "broker", "half_offset"], ascending=[False, True, True]
-        )
-        pending = pending.head(TOP_OLDEST)
-        # discard_at_ms is absent from output roots written before it existed.
-        discard_at = pending.get("discard_at_ms", pd.Series(None, index=pending.index))
-        pending = pending.assign(
-            age=pending["age_ms"].map(human_ms),
-            born_at=pending["born_timestamp_ms"].map(iso_ms),
-            discard_at=discard_at.map(iso_ms),
-        )
-    # Instants are named for what they are (born_at, discard_at) and shown in ISO-8601 UTC.
-    columns: dict[str, Callable[[Any], str]] = {
-        "age": _text,
-        "status": _text,
-        "broker": _text,
-        "queue_id": ident,
-        "half_offset": ident,
-        "uniq_key": _text,
-        "producer_group": _text,
-        "real_topic": _text,
-        "check_times": num,
-        "born_at": _text,
-        "discard_at": _text,
-        "offset_msg_id": _text,
-    }
-    return html_table("oldest-pending", pending, columns, "nothing pending in this run")
-
-
-def offsets_table(run: RunTables) -> str:
-    offsets = run.consume_offsets
-    if not offsets.empty:
-        offsets = offsets.sort_values(["broker", "queue_id", "topic"])
-    columns: dict[str, Callable[[Any], str]] = {
-        "broker": _text,
-        "topic": _text,
-        "queue_id": ident,
-        "group": _text,
-        "offset_committed": ident,
-        "offset_before": ident,
-        "offset_after": ident,
-        "offset_safe": ident,
-    }
-    if "offset_end" in offsets:
-        columns["offset_end"] = ident
-    if "offset_hold" in offsets:  # why the queue's offsets must not be installed
-        columns["offset_hold"] = _text
-    return html_table(
-        "offsets", offsets, columns, "no consume offsets in this run", wrap=("offset_hold",)
-    )
-
-
-def bad_records_table(run: RunTables) -> str:
-    """Bad records grouped by broker, topic and kind of reason: a reason names the offset
-    or size it is about, so its numbers are replaced by ``N`` to group (one example kept)."""
-    bad = run.bad_records
-    if not bad.empty:
-        bad = (
-            bad.assign(
-                topic=bad["topic"].fillna(""),
-                kind=bad["reason"].fillna("").str.replace(r"\d+", "N", regex=True),
-            )
-            .groupby(["broker", "topic", "kind"], as_index=False, dropna=False)
-            .agg(
-                count=("kind", "size"),
-                example_reason=("reason", "first"),
-                example_source=("source", "first"),
-                example_position=("position", "first"),
-            )
-            .sort_values(["count", "broker", "topic", "kind"], ascending=[False, True, True, True])
-        )
-    columns = {
-        "broker": _text,
-        "topic": _text,
-        "kind": _text,
-        "count": num,
-        "example_reason": _text,
-        "example_source": _text,
-        "example_position": ident,
-    }
-    return html_table("bad-records", bad, columns, "no bad records in this run")

@@ -1,13 +1,29 @@
-"""Build the SparkSession for the command line and tests. Notebooks pass their own."""
+"""Build the SparkSession for the command line and tests. Notebooks pass their own.
+
+A session is classic (this process runs the driver's JVM, or spark-submit's) or a Spark
+Connect client (``--remote sc://HOST:PORT`` or ``SPARK_REMOTE``: the driver is a server
+elsewhere, and this process has no JVM and no ``sparkContext``). What the job needs of
+the driver beyond DataFrames has one function that works on both: here ``label_phase`` /
+``clear_phase_label`` and ``probe_workers`` (which also ships the job's code to a Connect
+server, ``ship_code``); ``connectors.connect`` has ``is_connect`` and ``default_parallelism``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connectors.connect import is_connect
+from connectors.errors import InputError
 
 _LOG4J = Path(__file__).resolve().parent.parent / "conf" / "log4j2.properties"
 
@@ -20,8 +36,13 @@ def build_session(
     adaptive: bool = True,
     driver_memory: str | None = None,
     delta: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
     """Return a session configured for this job (UTC, no UI in local mode, quiet logs).
+
+    ``remote`` (or, when not given, ``SPARK_REMOTE`` as PySpark reads it): a Spark Connect
+    client of that server instead (``connect_session``); ``master``, ``driver_memory`` and
+    ``delta`` are the server's own business then.
 
     ``master`` is only set when given, so that ``spark-submit --master ...`` wins on a
     cluster. Python workers run this interpreter unless PYSPARK_PYTHON says otherwise.
@@ -31,6 +52,9 @@ def build_session(
     the jars come from its ``--packages``; a failure to start the JVM is raised as
     ``DeltaUnavailableError``.
     """
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect_session(remote, app_name, shuffle_partitions, adaptive)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -44,11 +68,7 @@ def build_session(
         .config("spark.sql.ui.retainedExecutions", "20")
     )
     builder, java_options = _local_settings(builder, master, driver_memory)
-    if not adaptive:
-        # Tests: tiny frames, where adaptive execution only adds a Spark job per stage.
-        builder = builder.config("spark.sql.adaptive.enabled", "false")
-    if shuffle_partitions:
-        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    builder = _sql_settings(builder, shuffle_partitions, adaptive)
     if not verbose and _LOG4J.exists():
         # The driver's JVM only (effective when this call starts it): the file is on the
         # driver's disk, and executors elsewhere keep the cluster's own logging options.
@@ -71,6 +91,132 @@ def build_session(
     if not verbose:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+# -- Spark Connect --------------------------------------------------------------------------
+
+CONNECT_TIMEOUT_S = 20  # how long the first contact with a Connect server may take
+
+
+class ConnectUnreachableError(RuntimeError):
+    """No Spark Connect server answers at the URL (exit 1, one line)."""
+
+
+def check_remote_url(url: str, source: str = "--remote") -> str:
+    """``url`` when it is a Spark Connect URL (``sc://HOST[:PORT][/;name=value...]``, the
+    form PySpark parses), else an ``InputError`` naming what is wrong (before Spark starts)."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    try:
+        DefaultChannelBuilder(url)
+    except Exception as exc:  # PySparkValueError, or ValueError for a port that is no number
+        params = getattr(exc, "getMessageParameters", lambda: None)() or {}
+        reason = params.get("detail") or str(exc).splitlines()[0]
+        raise InputError(
+            f"{source} {url}: not a Spark Connect URL (sc://HOST[:PORT][/;name=value...]): {reason}"
+        ) from None
+    return url
+
+
+def remote_url(configured: str) -> str:
+    """The Spark Connect server to run on: ``configured`` (``--remote``, or ``remote`` of
+    ``--conf``), else ``SPARK_REMOTE``; "" for a classic session. A malformed URL is an
+    ``InputError`` (exit 2, before Spark starts); ``SPARK_REMOTE=local...`` (PySpark starts
+    a Connect server of its own) passes as PySpark takes it."""
+    if configured:
+        return check_remote_url(configured)
+    from_env = os.environ.get("SPARK_REMOTE", "")
+    if from_env and not from_env.startswith("local"):
+        check_remote_url(from_env, "SPARK_REMOTE")
+    return from_env
+
+
+@contextlib.contextmanager
+def own_connect_session(
+    url: str, shuffle_partitions: int | None = None, verbose: bool = False
+) -> Iterator[SparkSession]:
+    """A Connect session of the command line's own (``build_session``), released on the
+    server when the run ends: a warm server shared by scheduled runs keeps none of their
+    sessions, nor their caches and shipped code."""
+    spark = build_session(remote=url, shuffle_partitions=shuffle_partitions, verbose=verbose)
+    try:
+        yield spark
+    finally:
+        with contextlib.suppress(Exception):  # the run's own outcome is what is reported
+            spark.stop()
+
+
+def connect_session(
+    url: str,
+    app_name: str = "rmq-txn-reconcile",
+    shuffle_partitions: int | None = None,
+    adaptive: bool = True,
+) -> SparkSession:
+    """A Spark Connect client session of the server at ``url``, with the job's session
+    settings (the server keeps its own master, memory, logging and jars). A server that does
+    not answer within ``CONNECT_TIMEOUT_S`` is one ``ConnectUnreachableError`` instead of
+    the client's minutes of retries."""
+    if url.startswith("sc://"):
+        _wait_for_server(url)
+    builder = (
+        SparkSession.builder.remote(url)
+        .appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    return _sql_settings(builder, shuffle_partitions, adaptive).getOrCreate()
+
+
+def _wait_for_server(url: str) -> None:
+    import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    channel = DefaultChannelBuilder(url).toChannel()
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_S)
+    except grpc.FutureTimeoutError:
+        raise ConnectUnreachableError(
+            f"Spark Connect server {url} unreachable: no answer within {CONNECT_TIMEOUT_S} s"
+        ) from None
+    finally:
+        channel.close()
+
+
+# What travels to a Connect server's Python workers: the zip ``make package`` builds.
+_SHIPPED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
+def ship_code(spark: SparkSession) -> None:
+    """Give a Connect session's Python workers this checkout's packages (the readers run
+    there): the zip of ``make package``, added to the session as a Python file
+    (``addArtifacts(..., pyfile=True)``: first on the workers' path, for this session only).
+    Once per session; nothing on a classic session, whose workers get the code from
+    spark-submit's ``--py-files`` or the driver's environment."""
+    from jobs.package import PACKAGES, ROOT, ZIP_NAME, write_archive
+
+    if not is_connect(spark) or spark in _SHIPPED:
+        return
+    if not all((ROOT / package).is_dir() for package in PACKAGES):
+        return  # run from a zip itself: the server must have the code (docs/connect.md)
+    with tempfile.TemporaryDirectory(prefix="rmq-txn-reconcile-ship-") as folder:
+        archive = Path(folder) / ZIP_NAME
+        write_archive(archive)
+        spark.addArtifacts(str(archive), pyfile=True)
+    _SHIPPED.add(spark)
+
+
+def _sql_settings(
+    builder: SparkSession.Builder, shuffle_partitions: int | None, adaptive: bool
+) -> SparkSession.Builder:
+    if not adaptive:
+        # Small reads and tests: tiny frames, where adaptive execution only adds a Spark
+        # job per stage. Nor is a join broadcast on Spark's estimate: a broadcast is a job
+        # of its own, a shuffle one more stage of the query's one job.
+        builder = builder.config("spark.sql.adaptive.enabled", "false")
+        builder = builder.config("spark.sql.autoBroadcastJoinThreshold", "-1")
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return builder
 
 
 # G1's region size in a local driver. The default for a 4 GiB heap is 2 MiB, and an object
@@ -127,6 +273,16 @@ def _worker_report_function():
     return report
 
 
+_REPORT = T.StructType(
+    [
+        T.StructField("major", T.IntegerType()),
+        T.StructField("minor", T.IntegerType()),
+        T.StructField("executable", T.StringType()),
+        T.StructField("problem", T.StringType()),
+    ]
+)
+
+
 def _first_line_about_python(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
@@ -152,14 +308,19 @@ def probe_workers(spark: SparkSession) -> None:
         f"set PYSPARK_PYTHON to a Python {driver} with pyarrow and this project installed"
         f" (the driver runs {sys.executable}) before the session starts"
     )
+    ship_code(spark)  # a Connect server's workers get the code with the session
+    # One row, one partition: one worker's report comes back. A plain (pickled, not Arrow)
+    # Python function: it runs, and reports, where pyarrow is missing; a DataFrame, not an
+    # RDD, so that a Spark Connect session runs it too.
+    report = F.udf(_worker_report_function(), _REPORT, useArrow=False)
     try:
-        # One element, one partition: one worker's report comes back.
-        rows = spark.sparkContext.parallelize([0], 1).map(_worker_report_function()).collect()
+        row = spark.range(0, 1, 1, 1).select(report("id").alias("report")).first()
     except Exception as exc:
         raise WorkerEnvironmentError(
             f"the Python workers cannot run the job: {_first_line_about_python(str(exc))}; {hint}"
         ) from None
-    major, minor, executable, problem = rows[0]
+    assert row is not None  # one row
+    major, minor, executable, problem = row["report"]
     if f"{major}.{minor}" != driver:
         problem = f"they run Python {major}.{minor}, the driver {driver}"
     if problem is not None:
@@ -167,6 +328,34 @@ def probe_workers(spark: SparkSession) -> None:
             f"the Python workers ({executable}) cannot run the job: {problem}; {hint}"
         )
     _WORKERS_OK.add(spark)
+
+
+# -- labels of the Spark jobs -----------------------------------------------------------------
+
+# The label each Connect session carries now (a tag of its own, replaced by the next).
+_LABELS: weakref.WeakKeyDictionary[SparkSession, str] = weakref.WeakKeyDictionary()
+
+
+def label_phase(spark: SparkSession, text: str) -> None:
+    """Label the Spark jobs this thread starts from now on: a classic session's job
+    description (the Spark UI and the event log show it); a Connect session's operation tag
+    (its jobs carry it among their tags in the server's UI; ``spark.interruptTag`` stops them)."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobDescription(text)
+        return
+    clear_phase_label(spark)
+    spark.addTag(text.replace(",", ";"))  # a tag holds no comma
+    _LABELS[spark] = text.replace(",", ";")
+
+
+def clear_phase_label(spark: SparkSession) -> None:
+    """The jobs that follow carry no label of ``label_phase``."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobDescription(None)  # type: ignore[arg-type]  # clears it
+        return
+    label = _LABELS.pop(spark, None)
+    if label is not None:
+        spark.removeTag(label)
 
 
 def _start(builder: SparkSession.Builder, verbose: bool) -> SparkSession:

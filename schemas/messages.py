@@ -119,7 +119,7 @@ LEAN_MESSAGE = T.StructType(
     + [T.StructField(name, T.StringType()) for name in PROPERTY_COLUMNS.values()]
 )
 
-# What the discard history reads of a business queue (``jobs.discards``): each committed
+# What the discard history reads of a business queue (``connectors.rocketmq.discards``): each committed
 # message's place, transaction bits, store time and the commit-log offset of the half
 # record it commits (``transforms.discard_history.commit_times``). A business queue holds
 # far more messages than the transactions discarded: its properties, body and hosts are

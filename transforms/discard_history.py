@@ -10,7 +10,8 @@ messages of the real queues the discard records name. Joins and aggregates only:
 transaction has a handful of half records (its original and its put-back copies), so
 joining discard records to them is small even when the half queue is not.
 
-Pure ``DataFrame -> DataFrame``; reading the evidence is the job's (``jobs.discards``).
+Pure ``DataFrame -> DataFrame``; the evidence is read by ``connectors.rocketmq.discards``
+and put together by ``jobs.discards``.
 """
 
 from __future__ import annotations

@@ -35,9 +35,9 @@ def _topic_rows(readable: DataFrame, committed: DataFrame) -> DataFrame:
 def queue_bounds(rows: DataFrame, as_of_ms: int) -> DataFrame:
     """Per (broker, queue_id) of any record or committed offset of either topic (the
     domain), for each topic (``h_``, ``p_``): ``smallest`` available offset (any store
-    time), ``largest`` offset stored before T and ``committed``; and ``newest_ms``, the
+    time), ``largest`` offset stored before T and ``committed``; ``newest_ms``, the
     newest store time before T of either topic (read by the stale-store warning, so that
-    it needs no pass of its own). One aggregate over ``_topic_rows``: the domain, the
+    it needs no pass of its own); and ``records_read``, the records of both topics. One aggregate over ``_topic_rows``: the domain, the
     bounds and the committed offsets were three shuffles and two joins."""
     before = stored_before(as_of_ms)
 
@@ -50,7 +50,9 @@ def queue_bounds(rows: DataFrame, as_of_ms: int) -> DataFrame:
             F.max(F.when(in_topic, F.col("committed"))).alias(prefix + "committed"),
         ]
     newest = F.max(F.when(before, F.col("store_timestamp_ms"))).alias("newest_ms")
-    return rows.groupBy(*QUEUE_KEY).agg(*aggregates, newest)
+    # The records the queue's read gave (any store time), for the job's progress line.
+    records = F.count("queue_offset").alias("records_read")
+    return rows.groupBy(*QUEUE_KEY).agg(*aggregates, newest, records)
 
 
 def _start(committed: Column, smallest: Column, end: Column) -> Column:
@@ -87,7 +89,8 @@ def _warning(topic: str, committed: Column, smallest: Column, end: Column) -> Co
 
 def queue_starts(bounds: DataFrame) -> DataFrame:
     """One row per (broker, queue_id): ``h_committed, h0, half_end, p_committed, p0,
-    op_end, offset_warnings`` (sorted, possibly empty), ``newest_ms``. A topic's end is 1 +
+    op_end, offset_warnings`` (sorted, possibly empty), ``newest_ms``, ``records_read``. A
+    topic's end is 1 +
     its largest offset before T, else its smallest; its start is the committed offset
     brought inside [smallest, end]; a queue without records of a topic starts and ends at
     its committed offset (else 0): nothing is left to read."""
@@ -111,6 +114,7 @@ def queue_starts(bounds: DataFrame) -> DataFrame:
         *columns,
         F.array_sort(found).alias("offset_warnings"),
         "newest_ms",
+        "records_read",
     )
 
 

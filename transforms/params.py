@@ -10,7 +10,7 @@ MS_PER_HOUR = 3_600_000
 @dataclass(frozen=True)
 class RoundParams:
     """What a round is evaluated with. No defaults here: the job's come from
-    ``conf/default.toml`` through ``jobs.run.round_params`` (their one source).
+    ``conf/default.toml`` through ``jobs.pipeline.round_params`` (their one source).
 
     Attributes:
         as_of_ms: the instant T (epoch ms); only records stored before it exist.

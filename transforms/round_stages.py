@@ -255,6 +255,7 @@ def queue_summary(queues: DataFrame, *facts: Facts) -> DataFrame:
         F.col("stop_offset").alias("stopped_at"),
         "first_live_copy",
         "newest_ms",
+        F.coalesce(F.col("records_read"), F.lit(0)).alias("records_read"),
         *BAD_PLACES,
     )
     # Decided over the offsets just computed (p1 and p_safe are the select's own columns).

@@ -40,7 +40,12 @@ def gather(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-_BE_TYPES = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
+_BE_TYPES: dict[int, np.dtype] = {
+    1: np.dtype("i1"),
+    2: np.dtype(">i2"),
+    4: np.dtype(">i4"),
+    8: np.dtype(">i8"),
+}
 
 
 def be_ints(mat: np.ndarray, start: int, width: int) -> np.ndarray:
@@ -52,7 +57,13 @@ def be_ints(mat: np.ndarray, start: int, width: int) -> np.ndarray:
 
 def to_be_bytes(values: np.ndarray, width: int) -> np.ndarray:
     """(n, width) big-endian bytes of integer values (two's complement, truncated)."""
-    dtype = {1: np.dtype("u1"), 2: np.dtype(">u2"), 4: np.dtype(">u4"), 8: np.dtype(">u8")}[width]
+    dtypes: dict[int, np.dtype] = {
+        1: np.dtype("u1"),
+        2: np.dtype(">u2"),
+        4: np.dtype(">u4"),
+        8: np.dtype(">u8"),
+    }
+    dtype = dtypes[width]
     wrapped = np.asarray(values, dtype=np.int64).view(np.uint64)
     if width < 8:
         wrapped = wrapped & np.uint64((1 << (8 * width)) - 1)
@@ -128,7 +139,7 @@ def binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(array, pa.ChunkedArray):
         array = pa.concat_arrays(array.chunks) if array.num_chunks != 1 else array.chunk(0)
     if pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type):
-        off_dtype = np.int64
+        off_dtype: type[np.int32] | type[np.int64] = np.int64
     else:
         off_dtype = np.int32
     buffers = array.buffers()

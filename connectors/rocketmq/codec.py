@@ -166,7 +166,7 @@ def _mark_crc_mismatches(
 ) -> None:
     """Mark (in ``status``, reason in ``extra``) the records whose body as stored does not
     match its CRC (RocketMQ checks it only for a non-empty body)."""
-    view = memoryview(buf) if len(buf) else b""
+    view = buf.data if len(buf) else b""
     for j in np.flatnonzero(lo.body_len > 0):
         s = int(lo.body_start[j])
         crc = zlib.crc32(view[s : s + int(lo.body_len[j])]) & 0x7FFFFFFF
@@ -184,7 +184,7 @@ def _decompress_bodies(
         ((lo.sys_flag & COMPRESSED_FLAG) != 0) & (lo.body_len > 0) & (status[ok] == OK)
     )
     replacement: dict[int, bytes] = {}
-    view = memoryview(buf)
+    view = buf.data
     for j in compressed:
         s = int(lo.body_start[j])
         try:

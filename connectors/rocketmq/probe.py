@@ -19,12 +19,8 @@ import numpy as np
 
 from connectors.rocketmq import codec
 from connectors.rocketmq.layout import CQ_DTYPE, CQ_ENTRY_SIZE, CQ_PAD_SIZE, file_start_offset
-from connectors.rocketmq.read_plan import (
-    TRANSACTION_TOPICS,
-    CommitLogFile,
-    list_commitlog,
-    written_entries,
-)
+from connectors.rocketmq.read_plan import TRANSACTION_TOPICS
+from connectors.rocketmq.store_files import CommitLogFile, list_commitlog, written_entries
 from connectors.rocketmq.structure import OK, record_layout
 
 # Entries tried one by one from each end of a queue before the probe samples and bisects:
@@ -109,7 +105,7 @@ def queue_span(root: Path, topic: str, queue_id: int) -> tuple[int, int] | None:
     """(first, end) entry indexes of a queue: ``first`` is the first entry of its first
     consume-queue file after the pad entries of a late queue head, ``end`` is 1 + its last
     written entry (the all-zero tail of the preallocated last file is unwritten:
-    ``read_plan.written_entries``). None when the queue has no consume-queue file."""
+    ``store_files.written_entries``). None when the queue has no consume-queue file."""
     files = _queue_files(root, topic, queue_id)
     if not files:
         return None

@@ -17,7 +17,8 @@ import pyarrow.compute as pc
 
 from connectors.rocketmq import codec
 from connectors.rocketmq.combined import Out, ReadOptions
-from connectors.rocketmq.read_plan import CommitLogFile, QueueUnit, ScanUnit, Unit
+from connectors.rocketmq.read_plan import QueueUnit, ScanUnit, Unit
+from connectors.rocketmq.store_files import CommitLogFile
 
 # Records are decoded in chunks of at most this many records / stored bytes (bounds memory
 # per batch).
@@ -30,7 +31,7 @@ CHUNK_BYTES = 64 << 20
 CHUNK_SPAN = 128 << 20
 # The reason of a consume-queue entry whose commit-log place holds no record: the entry is
 # the bad record, and the place it names is in the text (a commit-log scan that meets the
-# same bytes reports them there: jobs.discards matches the two with NO_RECORD_PLACE).
+# same bytes reports them there: transforms.discard_inputs.not_reported matches the two with NO_RECORD_PLACE).
 NO_RECORD_AT = (
     "consume-queue entry points at no record in {source} at position {position}: {reason}"
 )
@@ -348,9 +349,11 @@ def run_scan_unit(unit: ScanUnit, options: ReadOptions) -> Iterator[pa.RecordBat
 def run_unit(unit: Unit, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """Batches of ``COMBINED_ARROW`` for one unit. A failure that escapes the decoders (it
     should not happen) becomes a bad record naming the unit, never a failed task."""
-    runner = run_queue_unit if isinstance(unit, QueueUnit) else run_scan_unit
     try:
-        yield from runner(unit, options)
+        if isinstance(unit, QueueUnit):
+            yield from run_queue_unit(unit, options)
+        else:
+            yield from run_scan_unit(unit, options)
     except Exception as exc:
         out = Out(unit.broker, options.arrow_schema)
         if isinstance(unit, QueueUnit):

@@ -1,10 +1,10 @@
 """Read RocketMQ broker stores (``--store [NAME=]DIR``) into the canonical schema, on Spark.
 
-The driver plans the read (``read_plan``: file names and sizes, and where each consume-queue
-file's written entries end) and cuts the work into
+The driver plans the read (``read_plan`` over ``store_files``: file names and sizes, and
+where each consume-queue file's written entries end) and cuts the work into
 *units*: a range of entries of one consume-queue file, or one commit-log file to scan when a
-queue's consume queue is missing. Units are packed into tasks and run by ``mapInArrow`` over
-``spark.range(n_tasks)`` (one task per partition); each task decodes its units
+queue's consume queue is missing. Units are packed into tasks (``task_packing``) and run by
+``mapInArrow`` over ``spark.range(n_tasks)`` (one task per partition); each task decodes its units
 (``read_tasks``: memory-mapped read-only, vectorised numpy/pyarrow through ``codec``),
 yielding Arrow record batches of one combined schema (``combined``): message columns plus
 ``reason``/``raw_hex`` (null for readable records). That DataFrame is persisted and split
@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from connectors.connect import default_parallelism
 from connectors.errors import InputError
 from connectors.rocketmq.combined import (
     COMBINED_ARROW,
@@ -40,25 +41,15 @@ from connectors.rocketmq.combined import (
 from connectors.rocketmq.offset_filter import OffsetFilter
 from connectors.rocketmq.offsets_file import committed_rows, load_store_offsets
 from connectors.rocketmq.read_plan import (
-    MIN_TASK_ENTRIES,
     SCAN_BYTES_PER_ENTRY,
     TASK_ENTRIES,
     TRANSACTION_TOPICS,
-    CommitLogFile,
     Note,
     QueueUnit,
     ScanUnit,
-    StoreSpec,
     Unit,
-    in_log_order,
-    list_commitlog,
-    pack_tasks,
-    parse_store_arg,
     plan_store,
-    split_units,
-    task_size,
     unique_offset_queues,
-    validate_store,
 )
 from connectors.rocketmq.read_tasks import (
     CHUNK_BYTES,
@@ -67,6 +58,20 @@ from connectors.rocketmq.read_tasks import (
     run_queue_unit,
     run_scan_unit,
     run_unit,
+)
+from connectors.rocketmq.store_files import (
+    CommitLogFile,
+    StoreSpec,
+    list_commitlog,
+    parse_store_arg,
+    validate_store,
+)
+from connectors.rocketmq.task_packing import (
+    MIN_TASK_ENTRIES,
+    in_log_order,
+    pack_tasks,
+    split_units,
+    task_size,
 )
 from schemas.messages import (
     COMMIT_MESSAGE,
@@ -95,6 +100,7 @@ __all__ = [
     "QueueUnit",
     "ReadOptions",
     "ScanUnit",
+    "StorePlan",
     "StoreRead",
     "StoreSpec",
     "Unit",
@@ -104,6 +110,7 @@ __all__ = [
     "pack_tasks",
     "parse_store_arg",
     "plan_store",
+    "plan_stores",
     "read_batches",
     "read_stores",
     "run_queue_unit",
@@ -141,10 +148,24 @@ class StoreRead:
     # Per broker, the offsets file used and why the usual one was not
     # (``offsets_file.StoreOffsets``): the round names them in its warnings per queue.
     offsets_files: tuple[tuple[str, str, str | None], ...] = ()
+    # No record's queue offset can repeat: the round needs no duplicate check.
+    offsets_unique: bool = False
 
     def unpersist(self) -> None:
         if self.combined is not None:
             self.combined.unpersist()
+
+
+def all_offsets_unique(units: Sequence[Unit]) -> bool:
+    """Whether no record of ``units`` can share its queue offset with another: every unit
+    reads a consume queue whose offsets cannot repeat (``unique_offset_queues``)."""
+    queues = unique_offset_queues(units)
+    return (
+        bool(queues)
+        and not any(isinstance(u, ScanUnit) for u in units)
+        and len(queues)
+        == len({(u.broker, u.topic, u.queue_id) for u in units if isinstance(u, QueueUnit)})
+    )
 
 
 def offset_unique_flag(units: Sequence[Unit]) -> Column:
@@ -154,9 +175,7 @@ def offset_unique_flag(units: Sequence[Unit]) -> Column:
     queues = unique_offset_queues(units)
     if not queues:
         return F.lit(False)
-    if not any(isinstance(u, ScanUnit) for u in units) and len(queues) == len(
-        {(u.broker, u.topic, u.queue_id) for u in units if isinstance(u, QueueUnit)}
-    ):
+    if all_offsets_unique(units):
         return F.lit(True)
     key = F.concat_ws("\u0000", F.col("broker"), F.col("topic"), F.col("queue_id").cast("string"))
     flag = key.isin(
@@ -192,8 +211,9 @@ def read_batches(
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """The units of every store, with what the driver learnt while planning them."""
+class StorePlan:
+    """The units of every store, with what the driver learnt while planning them
+    (``plan_stores``; ``read_stores`` reads them)."""
 
     units: list[Unit]
     notes: list[Note]
@@ -212,17 +232,19 @@ def only_these_queues(units: Sequence[Unit], queues: frozenset[tuple[str, str, i
     ]
 
 
-def _plan_stores(
+def plan_stores(
     stores: Sequence[StoreSpec],
-    topics: tuple[str, ...],
+    topics: tuple[str, ...] = TRANSACTION_TOPICS,
     only_queues: frozenset[tuple[str, str, int]] | None = None,
-) -> _Plan:
-    """Check and plan every store; InputError before any Spark job."""
+) -> StorePlan:
+    """Check and plan every store (``read_stores``'s ``topics`` and ``only_queues``);
+    InputError before any Spark job. Reads file names and sizes, each consume-queue file's
+    tail and the offsets file: one pass of the driver over the stores."""
     names = [s.broker for s in stores]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise InputError(f"--store: broker name {duplicated[0]!r} given twice")
-    plan = _Plan([], [], [], [])
+    plan = StorePlan([], [], [], [])
     for spec in stores:
         validate_store(spec)
         loaded = load_store_offsets(spec.root)
@@ -257,6 +279,7 @@ def read_stores(
     only_queues: frozenset[tuple[str, str, int]] | None = None,
     commits_only: bool = False,
     commit_filters: Mapping[str, OffsetFilter] | None = None,
+    plan: StorePlan | None = None,
 ) -> StoreRead:
     """Read the half and op queues (or ``topics``) of every store; see the module doc.
 
@@ -268,12 +291,15 @@ def read_stores(
     are decoded, into ``COMMIT_MESSAGE`` (``lean`` does not apply); the others are read no
     further than their fixed fields. ``commit_filters`` (with ``commits_only``): per
     broker, the prepared-transaction offsets wanted (``offset_filter``); a commit the
-    filter rules out is not decoded, nor is any commit of a broker without one.
+    filter rules out is not decoded, nor is any commit of a broker without one. ``plan``: the
+    stores' plan already made by ``plan_stores`` (with these ``topics`` and ``only_queues``),
+    so that the driver does not plan them again.
 
     Raises InputError (before any Spark job) for a path that is not a store, two stores with
     the same broker name, or a malformed ``config/consumerOffset.json``."""
-    plan = _plan_stores(stores, tuple(topics), only_queues)
-    size = task_size(plan.units, spark.sparkContext.defaultParallelism)
+    if plan is None:
+        plan = plan_stores(stores, tuple(topics), only_queues)
+    size = task_size(plan.units, default_parallelism(spark))
     # In commit-log order: the queues' records lie among each other's over the whole log.
     tasks = pack_tasks(in_log_order(split_units(plan.units, size)), size)
     options = ReadOptions(
@@ -304,4 +330,5 @@ def read_stores(
         notes=plan.notes,
         combined=combined,
         offsets_files=tuple(plan.offsets_files),
+        offsets_unique=lean and all_offsets_unique(plan.units),
     )

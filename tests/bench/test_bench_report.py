@@ -60,11 +60,18 @@ def _repeat(wall: float, decode: float, raw: float, peer: float, peak_gib: float
     }
 
 
-def _pair(round_jobs: int) -> dict:
-    phases = {"resolve and classify": {"jobs": round_jobs}, "write": {"jobs": 20}}
+def _pair(round_jobs: int, connect_wall: float | None = None) -> dict:
+    phases = {
+        "(unlabelled)": {"jobs": 1},
+        "resolve and classify": {"jobs": round_jobs},
+        "write": {"jobs": 20},
+    }
     job = {"wall_s": 20.0, "cpu_s": 26.0, "load_1m": 0.5, "phases": phases}
     bare = {"wall_s": 8.0, "cpu_s": 8.0, "load_1m": 0.4}
-    return {"job": job, "bare": bare, "ratio_wall": 2.5, "ratio_cpu": 3.25}
+    pair = {"job": job, "bare": bare, "ratio_wall": 2.5, "ratio_cpu": 3.25}
+    if connect_wall is not None:
+        pair["connect"] = {"wall_s": connect_wall, "cpu_s": 1.0, "load_1m": 0.6}
+    return pair
 
 
 def _size(millions: int, repeats: list[dict]) -> dict:
@@ -83,13 +90,9 @@ def _results() -> dict:
         "generated_at": "2025-01-01T00:00:00+00:00",
         "machine": {"cpu_model": "Test CPU", "logical_cores": 2},
         "sample": {
-            "pairs": [_pair(14), _pair(16), _pair(14)],
-            "summary": {
-                "median_ratio_wall": 2.5,
-                "median_ratio_cpu": 3.25,
-                "round_jobs": [14, 16, 14],
-                "round_jobs_met": False,  # bench.small.summary: 16 > 15
-            },
+            # Connect / bare: 2 / 8, 6 / 8, 3.6 / 8 -> median 0.45
+            "pairs": [_pair(14, 2.0), _pair(16, 6.0), _pair(14, 3.6)],
+            "summary": {"median_ratio_wall": 2.5, "median_ratio_cpu": 3.25},
         },
         "sizes": {
             # 1m, net of Spark's start: (10 - 2) / 4 = 2.0 wall, (18 - 3) / 4 = 3.75 CPU;
@@ -123,10 +126,19 @@ def _results() -> dict:
 
 def test_headlines() -> None:
     rows = {row[0]: row[1:] for row in headline_rows(_results())}
-    sample = "sample store: job / bare-Spark process (median of 3 pairs)"
+    sample = "sample store, cold: job / bare-Spark process (median of 3 pairs)"
     assert rows[sample] == ["2.50x wall (3.25x CPU)", "≤ 1.8x wall", "**missed**"]
-    jobs = "sample store: resolve-and-classify Spark jobs, AQE on (each pair)"
-    assert rows[jobs] == ["14, 16, 14", "≤ 15", "**missed**"]  # the worst pair decides
+    # every phase's jobs, the unlabelled one included; the split of the pair with the most
+    jobs = "sample store: Spark jobs of the whole run, every phase and write (each pair)"
+    split = "(resolve and classify 16, write 20, (unlabelled) 1)"
+    assert rows[jobs] == [f"35, 37, 35 {split}", "≤ 15", "**missed**"]
+    connect = (
+        "sample store via a warm Spark Connect server: job / bare-Spark process of the"
+        " same pair (median of 3 pairs)"
+    )
+    assert rows[connect] == ["0.45x wall", "≤ 0.5x wall", "met"]
+    assert rows["`make test-runs`: wall"] == ["timed outside make bench", "≤ 10 min", "n/a"]
+    assert rows["`.ci/run`: wall"] == ["timed outside make bench", "≤ 45 min", "n/a"]
     # per-repeat ratios (2.0, 5.0, 4.0) and (3.75, 9.3, 7.8), then their medians
     net_wall = "1m: job net of Spark's start / DuckDB peer: wall"
     assert rows[net_wall] == ["4.00x", "≤ 4x", "met"]
@@ -152,9 +164,23 @@ def test_a_failed_repeat_is_shown_with_its_error() -> None:
 def test_the_sample_pairs_get_a_row_each_with_the_jobs_per_phase() -> None:
     text = render_markdown(_results())
     assert (
-        "| 3 | 20.0 | 26.0 | 0.50 | 8.00 | 8.00 | 0.40 | 2.50x / 3.25x | - / 14 / - / - / 20 |"
-        in text
-    )
+        "| 3 | 20.0 | 26.0 | 0.50 | 8.00 | 8.00 | 0.40 | 2.50x / 3.25x | 3.60 | 0.60 | 0.45x"
+        " | 35 (resolve and classify 14, write 20, (unlabelled) 1) |"
+    ) in text
+
+
+def test_a_sample_without_the_connect_case_says_it_was_not_measured() -> None:
+    results = _results()
+    results["sample"]["pairs"] = [_pair(14), _pair(14), _pair(14)]
+    results["sample"]["connect_error"] = "no Connect server launcher (tests.connect.server)"
+    rows = {row[0]: row[1:] for row in headline_rows(results)}
+    connect = next(label for label in rows if "warm Spark Connect" in label)
+    assert rows[connect] == ["not measured", "≤ 0.5x wall", "n/a"]
+    jobs = "sample store: Spark jobs of the whole run, every phase and write (each pair)"
+    assert rows[jobs][-1] == "**missed**"  # 35 > 15
+    text = render_markdown(results)
+    assert "Connect / bare" not in text  # no Connect columns without a Connect figure
+    assert "The Connect case was **not measured**: no Connect server launcher" in text
 
 
 def test_headlines_without_data_say_so() -> None:

@@ -21,7 +21,7 @@ from connectors.rocketmq.probe import (
     record_head,
     transaction_times,
 )
-from connectors.rocketmq.read_plan import list_commitlog
+from connectors.rocketmq.store_files import list_commitlog
 from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import HALF, LOG0, OP, T, base_rows, half, halves, op, write
 

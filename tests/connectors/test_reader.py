@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from connectors.errors import InputError
+from connectors.rocketmq import reader
 from connectors.rocketmq.combined import SAME_AS_UNIQ_KEY, TRANSACTION_ID
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
 from connectors.rocketmq.reader import (
@@ -483,6 +484,29 @@ def test_empty_store_reads_nothing(spark, tmp_path):
         and read.committed_offsets.count() == 0
     )
     read.unpersist()
+
+
+def test_a_read_given_its_plan_does_not_plan_the_stores_again(spark, stores, monkeypatch):
+    """The job plans the stores before its session starts (the progress line) and hands
+    that plan to the read: the read gives the same records without a second driver pass."""
+    base, _ = stores
+    specs = [StoreSpec("broker-b", base / "b"), parse_store_arg(f"broker-c={base / 'c'}")]
+    plan = reader.plan_stores(specs)
+    expected = read_stores(spark, specs)
+
+    def planned_again(*args, **kwargs):
+        raise AssertionError("the stores were planned again")
+
+    monkeypatch.setattr(reader, "plan_store", planned_again)
+    got = read_stores(spark, specs, plan=plan)
+    try:
+        for frame in ("messages", "bad_records", "committed_offsets"):
+            rows = [sorted(getattr(read, frame).collect(), key=repr) for read in (got, expected)]
+            assert rows[0] == rows[1], frame
+        assert got.notes == expected.notes and got.offsets_files == expected.offsets_files
+    finally:
+        got.unpersist()
+        expected.unpersist()
 
 
 def test_lean_records_carry_each_property_as_the_full_read_decodes_it(spark, tmp_path):

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from connectors.rocketmq import codec, read_tasks
 from connectors.rocketmq.offset_filter import OffsetFilter
-from connectors.rocketmq.read_plan import written_entries
 from connectors.rocketmq.reader import (
     COMBINED_ARROW,
     MIN_TASK_ENTRIES,
@@ -32,6 +31,7 @@ from connectors.rocketmq.reader import (
     split_units,
     task_size,
 )
+from connectors.rocketmq.store_files import written_entries
 from schemas.messages import COMMIT_MESSAGE
 from simulator.writer import StoreWriter
 from tests.connectors import reference

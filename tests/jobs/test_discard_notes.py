@@ -1,11 +1,11 @@
 """Which real queues the discard history reads, and the one-line notes for the others
-(``jobs.discards``): no Spark, a store's folders only."""
+(``connectors.rocketmq.discards``): no Spark, a store's folders only."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from jobs.discards import _unread_queue_notes, readable_queues
+from connectors.rocketmq.discards import readable_queues, unread_queue_notes
 
 LONG_TOPIC = "Orders_" + "x" * 188 + "_eu-1"
 
@@ -32,7 +32,7 @@ def test_any_topic_with_a_consume_queue_is_read_and_every_other_one_is_a_note(
     )
 
     readable = readable_queues([f"a={tmp_path}"], named)
-    notes = _unread_queue_notes(named, readable)
+    notes = unread_queue_notes(named, readable)
 
     assert readable == [("a", LONG_TOPIC, 1), ("a", "a\nb", 1)]
     assert all("\n" not in note for note in notes)

@@ -3,11 +3,14 @@ per-queue frames and chooses broadcast or shuffle for the round."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.materialize import DriverRowsError, SparkMaterializer
+from jobs.materialize import DriverRowsError, SparkMaterializer, collect_together
 from tests.spark_cache import holds_cached_frames
 
 QUEUES = "broker STRING, queue_id INT, h0 LONG, warnings ARRAY<STRING>"
@@ -61,77 +64,51 @@ def test_attach_gives_the_joins_rows_as_a_literal_up_to_the_limit(
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
-def test_records_cuts_the_lineage_to_one_leaf_and_caches_nothing(spark: SparkSession) -> None:
+def _plan(frame: DataFrame) -> str:
+    """The frame's physical plan as ``explain`` prints it (a public call, also on Connect)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        frame.explain()
+    return printed.getvalue()
+
+
+@pytest.mark.parametrize("hold", ["records", "kept"])
+def test_held_frames_are_one_leaf_over_their_rows_and_no_cache(
+    spark: SparkSession, hold: str
+) -> None:
     spark.catalog.clearCache()
     frame = spark.range(6).selectExpr("id % 3 AS queue_id", "id").groupBy("queue_id").count()
     materializer = SparkMaterializer()
-    kept = materializer.records(frame)
-    # Later stages start at one leaf: the plan above the cut is not carried along.
-    plan = kept._jdf.queryExecution().analyzed().toString()
-    assert plan.startswith("LogicalRDD") and len(plan.splitlines()) == 1, plan
-    # Nothing is registered with the cache manager: a cache that the cut plan would not
-    # read is planning for nothing.
+    held = getattr(materializer, hold)(frame)
+    # Later stages start at the checkpointed rows: the aggregate is not planned again, and
+    # no later plan is compared with a cache entry.
+    assert "HashAggregate" in _plan(frame) and "HashAggregate" not in _plan(held)
     assert not holds_cached_frames(spark)
-    assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(held, frame, ignore_row_order=True, ignore_nullable=True)
     materializer.release()
-    assert_df_equality(kept, frame, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(held, frame, ignore_row_order=True, ignore_nullable=True)
 
 
-def _cache_filled(spark: SparkSession, frame: DataFrame) -> bool:
-    cached = spark._jsparkSession.sharedState().cacheManager().lookupCachedData(frame._jdf)
-    return (
-        cached.isDefined()
-        and cached.get().cachedRepresentation().cacheBuilder().isCachedColumnBuffersLoaded()
-    )
-
-
-def test_kept_frames_are_read_from_their_cache_until_released(spark: SparkSession) -> None:
-    spark.catalog.clearCache()
-    frame = spark.range(30).filter("id % 7 = 0")
-    materializer = SparkMaterializer()
-    kept = materializer.kept(frame)
-    # A stage built on the kept frame afterwards plans a read of the cache, and reading it
-    # fills the cache: later readers do not filter every row again.
-    reader = kept.selectExpr("id + 1 AS next")
-    assert "InMemoryRelation" in reader._jdf.queryExecution().withCachedData().toString()
-    assert not _cache_filled(spark, kept)
-    assert sorted(row.next for row in reader.collect()) == [1, 8, 15, 22, 29]
-    assert _cache_filled(spark, kept)
-    materializer.release()
-    assert not holds_cached_frames(spark)
-
-
-def test_a_projection_of_cached_records_is_not_cached_again(spark: SparkSession) -> None:
-    records = spark.range(10).withColumnRenamed("id", "queue_offset").persist()
-    try:
-        narrow = records.filter("queue_offset > 2").selectExpr("queue_offset * 2 AS doubled")
-        assert SparkMaterializer().records(narrow) is narrow
-        assert not narrow.is_cached
-        aggregated = narrow.groupBy().count()
-        materializer = SparkMaterializer()
-        kept = materializer.records(aggregated)
-        assert kept is not aggregated
-        # A projection of a kept frame reads the same cut: not cut a second time.
-        projected = kept.selectExpr("count + 1 AS more")
-        assert materializer.records(projected) is projected
-        materializer.release()
-    finally:
-        records.unpersist()
-
-
-def test_a_union_left_with_one_branch_is_narrow_and_two_branches_are_not(
+def test_small_frames_come_to_the_driver_together_with_their_own_types(
     spark: SparkSession,
 ) -> None:
-    # The store reader's records when every offset is unique: the duplicate branch is
-    # filtered by a constant, which only the optimiser removes (the analysed plan still
-    # has the union).
-    records = spark.range(10).withColumnRenamed("id", "queue_offset").persist()
-    try:
-        kept = records.filter("true").unionByName(records.filter("false"))
-        assert SparkMaterializer().records(kept) is kept
-        both = records.filter("queue_offset > 2").unionByName(records.filter("queue_offset < 1"))
-        materializer = SparkMaterializer()
-        assert materializer.records(both) is not both
-        materializer.release()
-    finally:
-        records.unpersist()
+    queues = spark.createDataFrame([("a", 0, 2**62 + 1, ["w"]), ("b", 1, None, [])], QUEUES)
+    counts = spark.range(5).selectExpr("id % 2 AS parity").groupBy("parity").count()
+    empty = spark.createDataFrame([], "kind STRING, n LONG")
+    got = collect_together({"queues": queues, "counts": counts, "empty": empty})
+    assert sorted(got["queues"].to_pylist(), key=lambda row: row["broker"]) == [
+        {"broker": "a", "queue_id": 0, "h0": 2**62 + 1, "warnings": ["w"]},
+        {"broker": "b", "queue_id": 1, "h0": None, "warnings": []},
+    ]
+    assert sorted(got["counts"].to_pylist(), key=lambda row: row["parity"]) == [
+        {"parity": 0, "count": 3},
+        {"parity": 1, "count": 2},
+    ]
+    assert got["empty"].num_rows == 0 and got["empty"].column_names == ["kind", "n"]
+    assert str(got["queues"].schema.field("queue_id").type) == "int32"
+
+
+def test_small_frames_refuse_a_record_level_frame(spark: SparkSession) -> None:
+    records = spark.range(25).withColumnRenamed("id", "queue_offset")
+    with pytest.raises(DriverRowsError, match="a record-level frame was taken for a small one"):
+        collect_together({"records": records, "none": records.limit(0)}, max_rows=10)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from connectors.rocketmq.reader import StoreSpec, plan_stores
 from jobs import progress as progress_module
 from jobs.progress import (
     HEARTBEAT_S,
@@ -173,6 +174,15 @@ def test_planned_read_counts_every_written_entry_of_the_half_and_op_queues(tmp_p
     assert planned is not None
     assert (planned.entries, planned.commitlog_files, planned.stores) == (len(rows), 1, 1)
     assert 0 < planned.commitlog_bytes <= 4096
+
+
+def test_planned_read_holds_the_plan_the_read_is_given(tmp_path: Path):
+    """``jobs.run`` hands the plan to the read (``read_stores(plan=...)``): it is the
+    read's own plan of the stores, the offsets file's committed offsets included."""
+    write(tmp_path / "store", base_rows())
+    planned = planned_read([f"b={tmp_path / 'store'}"])
+    assert planned is not None
+    assert planned.plan == plan_stores([StoreSpec("b", tmp_path / "store")])
 
 
 def test_under_spark_submit_lines_go_through_the_jvms_stderr(monkeypatch, capsys):

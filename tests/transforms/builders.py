@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.config import load_config
-from jobs.run import round_params
+from jobs.pipeline import round_params
 from schemas.messages import (
     COMMITTED_OFFSET,
     HALF_TOPIC,

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from transforms.round import RoundOutputs
+from transforms.outputs import RoundOutputs
 
 TABLES = ("check_requests", "discards", "pending", "consume_offsets", "run_summary", "bad_records")
 

@@ -1,9 +1,11 @@
-"""The anomaly rules (transforms/anomalies.py, docs/spec/anomalies.md): for each kind, a case that
-builds its situation and the nearest non-case, with the exact rows expected.
+"""The round's anomaly rules together (transforms/anomalies.py, docs/spec/anomalies.md): for
+each kind, a case that builds its situation and the nearest non-case, with the exact rows
+expected.
 
 Like the worked cases, the round-level kinds run in one round computed once for the module,
-each case as its own broker (brokers never influence each other); the kinds that need a
-4.9 broker or earlier runs are tested on their function with inline frames.
+each case as its own broker (brokers never influence each other). Each rule family is also
+tested alone on small inline frames (test_anomaly_rules_*.py), where the kinds that need a
+4.9 broker or earlier runs are tested.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.materialize import SparkMaterializer
-from schemas.outputs import ANOMALY, RUN_SUMMARY
+from schemas.outputs import RUN_SUMMARY
 from tests.transforms.builders import (
     RUN_ID,
     T,
@@ -25,16 +27,10 @@ from tests.transforms.builders import (
     op,
     params,
 )
-from transforms.anomalies import (
-    RoundEvidence,
-    narrowed,
-    op_stall_4_9,
-    round_anomalies,
-    stalled_offset,
-    windowed,
-)
-from transforms.ops import HALF_OFFSET, explode_op_items
-from transforms.round import classify_round, reconcile
+from transforms.anomalies import narrowed, round_anomalies, windowed
+from transforms.ops import HALF_OFFSET
+from transforms.outputs import reconcile
+from transforms.round import classify_round
 
 S = 1_000
 # Small thresholds so that small cases cross them (the defaults are in conf/default.toml).
@@ -457,109 +453,3 @@ def test_narrowed_evidence_keeps_the_window_and_finds_the_same(spark: SparkSessi
     assert offsets_of(narrow.half, "queue_offset") == [1, 2, 3]
     assert offsets_of(narrow.ops, "queue_offset") == [1, 2]
     assert offsets_of(narrow.op_items, HALF_OFFSET) == [1, 3]
-
-
-# -- the kinds tested on their function: a 4.9 broker, earlier runs ----------------------------
-
-QUEUES_DDL = (
-    "broker STRING, queue_id INT, h0 BIGINT, h1 BIGINT, p0 BIGINT, p1 BIGINT, p_safe BIGINT"
-)
-
-
-def _evidence(spark: SparkSession, ops: list[dict], queues: DataFrame) -> RoundEvidence:
-    op_frame = frame(spark, ops)
-    half = frame(spark, [])
-    return windowed(RoundEvidence(half, op_frame, explode_op_items(op_frame), half), queues)
-
-
-def test_op_stall_4_9_at_the_op_offset(spark: SparkSession) -> None:
-    """Op 1 has tag x: the round's p1 is 1 on a 4.9 broker (p_safe passes it, 3)."""
-    ops = [op(0, "0"), op(1, "1", tag="x"), op(2, "1")]
-    queues = spark.createDataFrame([("b", 0, 0, 2, 0, 1, 3)], QUEUES_DDL)
-    evidence = _evidence(spark, ops, queues)
-
-    found = op_stall_4_9(evidence, params(broker_version="4.9"))
-
-    detail = (
-        "op record at op offset 1 has tag x, not d: a 4.9 broker never marks it done, so its op"
-        " offset stays at 1 for good; installing p_safe 3 passes it"
-    )
-    expected = spark.createDataFrame(
-        [("b", 0, "op_stall_4_9", "critical", None, None, None, 1, 1.0, None, detail)], ANOMALY
-    )
-    assert_df_equality(found, expected, ignore_nullable=True)
-    # Non-cases: a 5.x broker marks it done; on 4.9 a d record at p1 (p1 = 2) is no stall.
-    assert op_stall_4_9(evidence, params(broker_version="5")).count() == 0
-    at_d = spark.createDataFrame([("b", 0, 0, 2, 0, 2, 3)], QUEUES_DDL)
-    assert op_stall_4_9(_evidence(spark, ops, at_d), params(broker_version="4.9")).count() == 0
-
-
-def test_op_stall_4_9_says_when_p_safe_stops_before_it(spark: SparkSession) -> None:
-    """Op 0 names half 1, below h1 = 2 (done for p1) but not below h_safe = 0 (half 0 is
-    pending): p_safe stops at op 0, before the x record at p1 = 1, and installing it does
-    not pass the stall yet."""
-    queues = spark.createDataFrame([("b", 0, 0, 2, 0, 1, 0)], QUEUES_DDL)
-    evidence = _evidence(spark, [op(0, "1"), op(1, "", tag="x")], queues)
-
-    (found,) = op_stall_4_9(evidence, params(broker_version="4.9")).collect()
-
-    assert (found["op_offset"], found["value"]) == (1, 1.0)
-    assert found["detail"] == (
-        "op record at op offset 1 has tag x, not d: a 4.9 broker never marks it done, so its op"
-        " offset stays at 1 for good; p_safe 0 stops before it (an op record before it names a"
-        " half offset the broker has yet to pass), so installing p_safe does not pass it yet"
-    )
-
-
-SUMMARY_COLUMNS = "broker STRING, queue_id INT, h0 BIGINT, p0 BIGINT, check BIGINT, immune BIGINT, discard_check_max BIGINT, discard_expired BIGINT, too_young BIGINT, not_reached BIGINT"
-EARLIER_DDL = "broker STRING, queue_id INT, as_of_ms BIGINT, h0 BIGINT, p0 BIGINT"
-
-
-def test_stalled_offset_over_the_last_runs(spark: SparkSession) -> None:
-    """Half offset 10 in this run and the two runs before (spanning 100 s > 3 x 30 s) with 2
-    records pending: stalled. The op offset moved (7 -> 9): not stalled."""
-    summary = spark.createDataFrame([("b", 0, 10, 9, 2, 0, 0, 0, 0, 0)], SUMMARY_COLUMNS)
-    earlier = spark.createDataFrame(
-        [("b", 0, T - 100_000, 10, 7), ("b", 0, T - 50_000, 10, 9)], EARLIER_DDL
-    )
-
-    found = stalled_offset(summary, earlier, params())
-
-    detail = (
-        "half offset 10 unchanged over the last 3 runs (100000 ms, more than 3 x"
-        " check_interval_ms) while 2 records are pending: the broker's round does not move it"
-        " (#1568, #9500)"
-    )
-    expected = spark.createDataFrame(
-        [("b", 0, "stalled_offset", "critical", None, None, 10, None, 3.0, 3.0, detail)], ANOMALY
-    )
-    assert_df_equality(found, expected, ignore_nullable=True)
-
-
-@pytest.mark.parametrize(
-    ("why", "summary_row", "earlier_rows"),
-    [
-        (
-            "nothing pending",
-            ("b", 0, 10, 9, 0, 0, 0, 0, 0, 0),
-            [(T - 100_000, 10, 9), (T - 50_000, 10, 9)],
-        ),
-        ("too few runs", ("b", 0, 10, 9, 2, 0, 0, 0, 0, 0), [(T - 100_000, 10, 9)]),
-        (
-            "span too short",
-            ("b", 0, 10, 9, 2, 0, 0, 0, 0, 0),
-            [(T - 60_000, 10, 9), (T - 30_000, 10, 9)],
-        ),
-        (
-            "both moved",
-            ("b", 0, 10, 9, 2, 0, 0, 0, 0, 0),
-            [(T - 100_000, 8, 7), (T - 50_000, 10, 9)],
-        ),
-    ],
-)
-def test_stalled_offset_non_cases(
-    spark: SparkSession, why: str, summary_row: tuple, earlier_rows: list
-) -> None:
-    summary = spark.createDataFrame([summary_row], SUMMARY_COLUMNS)
-    earlier = spark.createDataFrame([("b", 0, *row) for row in earlier_rows], EARLIER_DDL)
-    assert stalled_offset(summary, earlier, params()).count() == 0, why

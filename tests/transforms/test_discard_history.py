@@ -13,7 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY
 from tests.transforms.builders import BROKER, RUN_ID, STORE_HOST, T, frame, half, op, params
-from transforms.anomalies import RoundEvidence, discarded_without_check
+from transforms.anomalies import RoundEvidence
+from transforms.anomaly_rules.pending import discarded_without_check
 from transforms.discard_history import (
     DISCARD_KEY,
     DiscardEvidence,

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from jobs.materialize import SparkMaterializer
 from schemas.messages import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID
 from tests.transforms.builders import BORN_HOST, T, committed, frame, half, params
-from transforms.round import RoundOutputs, reconcile
+from transforms.outputs import RoundOutputs, reconcile
 
 S = 1_000
 ROUND = 30_000  # check_interval_ms (the broker's default)

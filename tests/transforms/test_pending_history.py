@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from transforms.pending_history import carry_pending_since, earliest_sightings
 
-# This run's pending rows, as shape_outputs writes them (first seen now, at T = 900).
+# This run's pending rows, as shape_tables writes them (first seen now, at T = 900).
 NOW = (
     "broker STRING, queue_id INT, half_offset LONG, uniq_key STRING, status STRING,"
     " first_seen_run_id STRING, pending_since_ms LONG, run_id STRING, as_of_ms LONG"

@@ -13,7 +13,7 @@ from schemas.messages import HALF_TOPIC, OP_TOPIC
 from tests.reference import KIND_DUPLICATE, KIND_OP_BODY, reason_kind
 from tests.transforms.builders import committed, committed_rows, frame, half, op, params
 from tests.transforms.collecting import collect_outputs
-from transforms.round import RoundOutputs, reconcile
+from transforms.outputs import RoundOutputs, reconcile
 
 S = 1_000
 

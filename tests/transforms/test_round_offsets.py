@@ -64,12 +64,14 @@ def test_round_starts_correct_committed_offsets_to_what_the_queue_holds(
         "p0",
         "op_end",
         "newest_ms",
+        "records_read",
     )
     expected = spark.createDataFrame(
-        # h0 raised to the smallest offset 5; the newest record before T is the op's
-        [("b", 0, 2, 5, 7, 1, 1, 1, T - 1)],
+        # h0 raised to the smallest offset 5; the newest record before T is the op's; the
+        # records read are all four, whatever their store time.
+        [("b", 0, 2, 5, 7, 1, 1, 1, T - 1, 4)],
         f"{QUEUE}, h_committed LONG, h0 LONG, half_end LONG, p_committed LONG, p0 LONG,"
-        " op_end LONG, newest_ms LONG",
+        " op_end LONG, newest_ms LONG, records_read LONG",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
 

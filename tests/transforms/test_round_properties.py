@@ -28,8 +28,9 @@ from schemas.outputs import CLASSES, HALF_ROW_FIELDS
 from tests import reference
 from tests.transforms.builders import T, committed, frame, params
 from tests.transforms.generators import Case, describe, generate, simpler, with_broker
+from transforms.outputs import reconcile
 from transforms.params import RoundParams
-from transforms.round import Materializer, reconcile
+from transforms.round import Materializer
 
 DEFAULTS = params()
 TIGHT = params(

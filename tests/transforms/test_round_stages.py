@@ -290,12 +290,12 @@ def test_round_bad_records_union_reader_duplicate_op_and_property_problems(
 
 def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkSession) -> None:
     queues = spark.createDataFrame(
-        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"], 9)],
+        [("b", 0, 0, 0, 5, 5, 0, 0, 2, 1, 0, 0, 0, 0, 0, None, 4, ["offset note"], 9, 7)],
         "broker STRING, queue_id INT, h_committed LONG, h0 LONG, h1 LONG, h_safe LONG,"
         " p_committed LONG, p0 LONG, op_end LONG, check LONG, immune LONG,"
         " discard_check_max LONG, discard_expired LONG, too_young LONG, not_reached LONG,"
         " stop_offset LONG, first_live_copy LONG, offset_warnings ARRAY<STRING>,"
-        " newest_ms LONG",
+        " newest_ms LONG, records_read LONG",
     )
     # The op queue's first offsets (op_offset_facts): 0 and 1 present, nothing pending.
     op_firsts = spark.createDataFrame(
@@ -320,15 +320,23 @@ def test_queue_summary_keeps_queues_only_bad_records_or_notes_name(spark: SparkS
     notes = spark.createDataFrame([("b", None, "broker note"), ("b", 0, "queue note")], NOTE)
     out = queue_summary(queues, in_window, op_facts, bad_record_facts(bad), note_facts(notes))
     out = out.select(
-        "broker", "queue_id", "h1", "p1", "resolved", "check", "bad_records", "warnings"
+        "broker",
+        "queue_id",
+        "h1",
+        "p1",
+        "resolved",
+        "check",
+        "bad_records",
+        "warnings",
+        "records_read",
     )
     expected = spark.createDataFrame(
         [
-            ("b", 0, 5, 2, 4, 1, 1, ["offset note", "queue note"]),
-            ("b", None, None, None, 0, 0, 1, ["broker note"]),  # the unknown queue's own row
+            ("b", 0, 5, 2, 4, 1, 1, ["offset note", "queue note"], 7),
+            # The unknown queue's own row: it read no record.
+            ("b", None, None, None, 0, 0, 1, ["broker note"], 0),
         ],
         "broker STRING, queue_id INT, h1 LONG, p1 LONG, resolved LONG, check LONG,"
-        " bad_records LONG,"
-        " warnings ARRAY<STRING>",
+        " bad_records LONG, warnings ARRAY<STRING>, records_read LONG",
     )
     assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)

@@ -48,7 +48,7 @@ from tests.transforms.builders import (
 )
 from tests.transforms.collecting import local_outputs
 from tests.transforms.worked_cases import CASES, S
-from transforms.round import reconcile
+from transforms.outputs import reconcile
 
 
 def reason_kind(reason: Column) -> Column:

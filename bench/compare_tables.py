@@ -1,0 +1,157 @@
+"""Compare every Delta table of two output roots, row for row.
+
+``python -m bench.compare_tables ROOT_A ROOT_B [--ignore TABLE.COLUMN ...] [--examples N]``
+
+A table is a folder with a ``_delta_log`` under either root (tables present in only one
+root are a difference). Each table is read whole with delta-rs and compared as a multiset
+of rows over every column but the run's timing (``run_summary.written_at_ms`` and
+``duration_ms``: when a run wrote and how long it took differ between any two runs), so row
+order and file layout do not matter but a duplicated row does. One line per table, then
+exit 0 when every table is the same, 1 when any differs, 2 when a root is missing.
+
+Two runs compare only with the same stores, ``--as-of`` and ``--run-id``: the run id is in
+every table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+DELTA_LOG = "_delta_log"
+# When a run wrote its summary and how long it took: different in any two runs.
+RUN_TIMING = ("run_summary.written_at_ms", "run_summary.duration_ms")
+EXAMPLES = 3
+EXAMPLE_CHARS = 300
+
+
+@dataclass
+class Comparison:
+    table: str
+    same: bool
+    line: str
+
+
+def delta_tables(root: Path) -> dict[str, Path]:
+    """Table name (its folder relative to ``root``) -> folder, for every Delta table under
+    ``root`` (a table's own folders are not searched further)."""
+    found: dict[str, Path] = {}
+
+    def walk(folder: Path) -> None:
+        if (folder / DELTA_LOG).is_dir():
+            found[folder.relative_to(root).as_posix()] = folder
+            return
+        for child in sorted(p for p in folder.iterdir() if p.is_dir()):
+            walk(child)
+
+    walk(root)
+    return found
+
+
+def _key(row: dict) -> str:
+    """A row as one comparable string: nested values (structs, lists, maps) included, column
+    order ignored; values JSON cannot hold (instants, decimals, bytes) by their repr."""
+    return json.dumps(row, sort_keys=True, default=repr)
+
+
+def read_rows(path: Path, ignored: set[str]) -> tuple[list[str], Counter[str]]:
+    """The columns kept and the multiset of rows of the Delta table at ``path``."""
+    from deltalake import DeltaTable
+
+    data = DeltaTable(str(path)).to_pyarrow_table()
+    columns = [name for name in data.column_names if name not in ignored]
+    rows = data.select(columns).to_pylist()
+    return columns, Counter(_key(row) for row in rows)
+
+
+def _examples(side: str, rows: Counter[str], count: int) -> list[str]:
+    shown = []
+    for row in list(rows.elements())[:count]:
+        text = row if len(row) <= EXAMPLE_CHARS else row[:EXAMPLE_CHARS] + "..."
+        shown.append(f"    only in {side}: {text}")
+    return shown
+
+
+def compare_table(
+    name: str, a: Path | None, b: Path | None, ignored: set[str], examples: int = EXAMPLES
+) -> Comparison:
+    if a is None or b is None:
+        return Comparison(name, False, f"{name}: only in {'B' if a is None else 'A'}")
+    columns_a, rows_a = read_rows(a, ignored)
+    columns_b, rows_b = read_rows(b, ignored)
+    if set(columns_a) != set(columns_b):
+        only_a = sorted(set(columns_a) - set(columns_b))
+        only_b = sorted(set(columns_b) - set(columns_a))
+        return Comparison(
+            name, False, f"{name}: columns differ: only in A {only_a}, only in B {only_b}"
+        )
+    extra_a, extra_b = rows_a - rows_b, rows_b - rows_a
+    total_a, total_b = sum(rows_a.values()), sum(rows_b.values())
+    if not extra_a and not extra_b:
+        return Comparison(name, True, f"{name}: same ({total_a} rows)")
+    differ = sum(extra_a.values()) + sum(extra_b.values())
+    lines = [
+        f"{name}: {differ} rows differ ({sum(extra_a.values())} of A's {total_a},"
+        f" {sum(extra_b.values())} of B's {total_b})"
+    ]
+    lines += _examples("A", extra_a, examples) + _examples("B", extra_b, examples)
+    return Comparison(name, False, "\n".join(lines))
+
+
+def compare_roots(
+    root_a: Path, root_b: Path, ignore: tuple[str, ...] = RUN_TIMING, examples: int = EXAMPLES
+) -> list[Comparison]:
+    tables_a, tables_b = delta_tables(root_a), delta_tables(root_b)
+    results = []
+    for name in sorted(set(tables_a) | set(tables_b)):
+        ignored = {c.split(".", 1)[1] for c in ignore if c.split(".", 1)[0] == name}
+        results.append(
+            compare_table(name, tables_a.get(name), tables_b.get(name), ignored, examples)
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.compare_tables", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("root_a", type=Path, metavar="ROOT_A")
+    parser.add_argument("root_b", type=Path, metavar="ROOT_B")
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="TABLE.COLUMN",
+        help=f"a column left out of the comparison (default: {', '.join(RUN_TIMING)});"
+        " repeatable, replaces the default",
+    )
+    parser.add_argument("--examples", type=int, default=EXAMPLES, help="rows shown per side")
+    args = parser.parse_args(argv)
+    for root in (args.root_a, args.root_b):
+        if not root.is_dir():
+            print(f"error: {root} is not a folder", file=sys.stderr)
+            return 2
+    ignore = tuple(args.ignore) if args.ignore else RUN_TIMING
+    malformed = [c for c in ignore if "." not in c]
+    if malformed:
+        print(f"error: --ignore takes TABLE.COLUMN, got {malformed[0]!r}", file=sys.stderr)
+        return 2
+    results = compare_roots(args.root_a, args.root_b, ignore, args.examples)
+    for result in results:
+        print(result.line)
+    differing = [r.table for r in results if not r.same]
+    if not results:
+        print("no Delta table under either root")
+        return 1
+    print(
+        f"{len(results) - len(differing)} of {len(results)} tables the same"
+        + (f"; differ: {', '.join(differing)}" if differing else "")
+    )
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
