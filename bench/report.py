@@ -550,33 +550,10 @@ def size_section(size: str, entry: dict) -> list[str]:
         if s
     ]
     lines += _table(["figure", "unit", "median", "min", "max"], rows) + [""]
-    median_run = _median_repeat(entry)
-    if median_run:
-        stage_rows = []
-        for phase, values in median_run["job"].get("phases", {}).items():
-            for stage in values.get("slowest_stages", []):
-                stage_rows.append(
-                    [
-                        phase,
-                        str(stage["stage_id"]),
-                        stage["name"],
-                        str(stage["tasks"]),
-                        fmt(stage["executor_run_s"]),
-                        fmt(stage["duration_s"]),
-                        ", ".join(stage.get("operators", [])),
-                    ]
-                )
-        if stage_rows:
-            lines += [
-                "Heaviest stages of the median run (by executor run time; duration counts time "
-                "waiting for a core while other stages run):",
-                "",
-            ]
-            lines += _table(
-                ["phase", "stage", "name", "tasks", "executor run s", "duration s", "operators"],
-                stage_rows,
-            )
-            lines.append("")
+    if _median_repeat(entry):
+        # The heaviest stages of each phase stay in docs/benchmarks.json: a table of them
+        # per size made this page a log rather than a readout.
+        lines += ["Heaviest stages per phase of the median run: `docs/benchmarks.json`.", ""]
     failed = [r["job_failed"] for r in entry.get("repeats", []) if r.get("job_failed")]
     if failed:
         lines += [f"The job **failed** in {len(failed)} repeat(s); the first:", "", "```"]

@@ -31,7 +31,7 @@ from jobs.extract import parse_as_of, settle_as_of
 from jobs.output import AfterCommit
 from jobs.progress import write_stderr
 from jobs.run import EXIT_OK, JobRequest, StrictModeError, run
-from jobs.session import ConnectUnreachableError, own_connect_session, remote_url
+from jobs.session import ConnectUnreachableError, remote_url
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "build_parser", "main"]
@@ -333,10 +333,7 @@ def run_command(
     validate_arguments(args)
     remote = remote_url(config.remote)
     request = settled(request, config)
-    if spark is not None or not remote:
-        return run(request, config, spark, started, after_commit)
-    with own_connect_session(remote, config.shuffle_partitions, args.verbose) as connected:
-        return run(request, config, connected, started, after_commit)
+    return run(request, config, spark, started, after_commit, remote if spark is None else "")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ them, and ``bench/`` reads stage times per phase from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from contextlib import ExitStack
@@ -48,7 +49,13 @@ from jobs.progress import (
     stop_heartbeat,
     write_stderr,
 )
-from jobs.session import build_session, clear_phase_label, label_phase, probe_workers
+from jobs.session import (
+    build_session,
+    clear_phase_label,
+    label_phase,
+    own_connect_session,
+    probe_workers,
+)
 from schemas.outputs import BAD_RECORDS_TABLE, CLASSES, RESOLVED
 from transforms.round import RoundState
 from transforms.staleness import newest_records
@@ -125,6 +132,14 @@ def progress_printer(started: float) -> ProgressLines:
     return ProgressLines(started)
 
 
+def session_shape(config: JobConfig, planned_records: int | None) -> tuple[bool, int]:
+    """(adaptive execution, shuffle partitions) of the job's own session for a read of
+    ``planned_records`` (``jobs.materialize.wants_adaptive``)."""
+    if wants_adaptive(planned_records):
+        return True, config.shuffle_partitions
+    return False, SMALL_READ_PARTITIONS
+
+
 def start_session(
     request: JobRequest,
     config: JobConfig,
@@ -136,12 +151,12 @@ def start_session(
     the Python workers can run the job, the writer asked for is there."""
     from connectors.delta import choose_writer
 
-    adaptive = wants_adaptive(planned_records)
+    adaptive, partitions = session_shape(config, planned_records)
     if spark is None:
         under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit decides the master
         spark = build_session(
             master=None if under_submit else config.master,
-            shuffle_partitions=config.shuffle_partitions if adaptive else SMALL_READ_PARTITIONS,
+            shuffle_partitions=partitions,
             driver_memory=config.driver_memory,
             verbose=request.verbose,
             delta=config.writer == "delta-spark",  # Delta's extension (jars via the Ivy cache)
@@ -275,9 +290,11 @@ def run(
     spark: SparkSession | None = None,
     started: float | None = None,
     after_commit: AfterCommit | None = None,
+    remote: str = "",
 ) -> int:
     """One command-line run (arguments validated by ``jobs.cli``); returns the exit code.
-    ``after_commit``: see ``jobs.output.write_tables``."""
+    ``after_commit``: see ``jobs.output.write_tables``. ``remote``: a Spark Connect
+    server to run on in a session of the run's own (``spark`` None)."""
     started = time.time() if started is None else started
     progress = progress_printer(started)
     if request.as_of_choice is not None:
@@ -287,12 +304,18 @@ def run(
         progress(progress.planned.line())
     planned = progress.planned.entries if progress.planned is not None else None
     plan = progress.planned.plan if progress.planned is not None else None  # read it, not again
-    spark = start_session(request, config, spark, planned)
-    progress.start(spark_tasks(spark))
-    try:
-        return _run_phases(spark, request, config, started, progress, after_commit, plan)
-    finally:
-        progress.stop()
+    with contextlib.ExitStack() as own:
+        if spark is None and remote:
+            adaptive, partitions = session_shape(config, planned)
+            spark = own.enter_context(
+                own_connect_session(remote, partitions, request.verbose, adaptive)
+            )
+        spark = start_session(request, config, spark, planned)
+        progress.start(spark_tasks(spark))
+        try:
+            return _run_phases(spark, request, config, started, progress, after_commit, plan)
+        finally:
+            progress.stop()
 
 
 def _run_phases(

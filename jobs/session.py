@@ -133,12 +133,14 @@ def remote_url(configured: str) -> str:
 
 @contextlib.contextmanager
 def own_connect_session(
-    url: str, shuffle_partitions: int | None = None, verbose: bool = False
+    url: str, shuffle_partitions: int | None = None, verbose: bool = False, adaptive: bool = True
 ) -> Iterator[SparkSession]:
     """A Connect session of the command line's own (``build_session``), released on the
     server when the run ends: a warm server shared by scheduled runs keeps none of their
     sessions, nor their caches and shipped code."""
-    spark = build_session(remote=url, shuffle_partitions=shuffle_partitions, verbose=verbose)
+    spark = build_session(
+        remote=url, shuffle_partitions=shuffle_partitions, verbose=verbose, adaptive=adaptive
+    )
     try:
         yield spark
     finally:
