@@ -397,19 +397,18 @@ def test_the_reader_ran_on_both_workers(runs: Runs) -> None:
         for e in events
         if e["Event"] == "SparkListenerExecutorAdded"
     }
-    # The stages that ran a store reader's Python (mapInArrow over its task list), in
-    # whichever query first read the records (later stages read the cached result: their
-    # lineage names MapInArrow too). The half and op queues' read has the most tasks (the
-    # discard topic's and the business queues' reads are a task or two).
+    # The stage that ran the store reader's Python (mapInArrow over its task list): the
+    # first one that did, since the run's first query decodes the half and op records into
+    # the read's cache (later stages read the cache, and the discard topic is read later).
     read_stages = {
         e["Stage Info"]["Stage ID"]: e["Stage Info"]["Number of Tasks"]
         for e in events
         if e["Event"] == "SparkListenerStageCompleted"
         and _scopes(e["Stage Info"]) >= {"MapInArrow"}
-        and "InMemoryTableScan" not in _scopes(e["Stage Info"])
     }
     assert read_stages, "no stage ran the store reader"
-    read_stage, read_tasks = max(read_stages.items(), key=lambda stage: stage[1])
+    read_stage = min(read_stages)
+    read_tasks = read_stages[read_stage]
     by_worker = Counter(
         runs.workers.get(executors.get(e["Task Info"]["Executor ID"]), "?")
         for e in events
