@@ -48,7 +48,8 @@ from transforms.round import RoundState
 class DiscardHistory:
     """One run's ``discard_history`` rows, its ``immunity_exhausts_checks`` findings
     (``ANOMALY`` rows without the run's columns) and the bad discard records the round did
-    not report (``BAD_RECORD``), each cached until ``release``; the reader's notes."""
+    not report (``BAD_RECORD``), each held by the job's materializer; the reader's notes;
+    ``release`` frees what the discard reads cached."""
 
     history: DataFrame
     unchecked: DataFrame

@@ -58,13 +58,14 @@ class Materializer(Protocol):
     """How a round's shared frames are materialised; decided by the caller (``jobs/``)."""
 
     def records(self, frame: DataFrame) -> DataFrame:
-        """A record-level frame several stages read (the job runs its shuffles once and cuts
-        its lineage)."""
+        """A record-level frame several stages read (the job computes it once, behind a
+        plan of one leaf)."""
         ...
 
     def kept(self, frame: DataFrame) -> DataFrame:
         """A record-level frame filtered down to what several stages read, usually a few
-        rows (the job caches it, so that they do not filter every record again)."""
+        rows (the job holds it like ``records``, so that they do not filter every record
+        again)."""
         ...
 
     def per_queue(self, frame: DataFrame) -> DataFrame:
@@ -126,7 +127,7 @@ class RoundState:
         queues: one row per (broker, queue_id) of the domain: committed offsets,
             h0/h1/h_safe, p0/p1/p_safe, class counts, warnings.
         bad_records: ``schemas.outputs.BAD_RECORD`` rows (reader's and round's).
-        materialize: what materialised the round's frames (``unpersist`` releases them).
+        materialize: what materialised the round's frames (its ``release`` frees them).
         evidence: the half and op records the anomaly rules read (``transforms.anomalies``);
             None: no anomaly is looked for.
     """
