@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -330,7 +329,7 @@ def _run_phases(
     """``run``'s phases in a started session; returns the exit code."""
     # Released on failure too: a notebook or a test session runs the job again, and every
     # cached frame left behind fills the executors.
-    with ExitStack() as cached:
+    with contextlib.ExitStack() as cached:
         inputs = read_phase(spark, request, config, plan)
         cached.callback(inputs.unpersist)
         state = round_phase(spark, inputs, request, config, progress)
