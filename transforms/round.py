@@ -188,10 +188,9 @@ def classify_round(
     from_h0 = m.records(records_from_h0(half, starts, m.attach))
     small = m.is_small(records_from_h0_bound(starts))
     # Every half record of the transactions from h0: resolution reads them, and the anomaly
-    # rules' transactions (a record in [h0, h1)) are among them. Kept when few, so that the
-    # rules do not scan every half record again.
-    linked_records = transaction_records(half, from_h0, small)
-    linked = m.kept(linked_records) if small else m.records(linked_records)
+    # rules' transactions (a record in [h0, h1)) are among them. Held, so that the rules do
+    # not scan every half record again.
+    linked = m.records(transaction_records(half, from_h0, small))
     unresolved = unresolved_from_h0(linked, op_items, from_h0, small=small)
     # Materialised: the stop offsets are aggregated from them before statuses are set.
     candidates = m.records(classified(unresolved, params))
