@@ -73,7 +73,7 @@ test-broker-compare: $(STAMP) ## Compare a real-broker harness run with the simu
 	@test -n "$(RUN)" || { echo "error: give RUN=<harness run directory>" >&2; exit 2; }
 	@test -d "$(RUN)" || { echo "error: RUN=$(RUN): no such directory" >&2; exit 2; }
 	RMQ_BROKER_RUN="$(abspath $(RUN))" RMQ_BROKER_RESULTS="$(BROKER_RESULTS)" \
-	  timeout 3600 $(BIN)/python -m pytest -m 'runs or not runs' tests/broker/test_real_rounds.py tests/broker/test_real_bytes.py -k 'run:'; \
+	  timeout 3600 $(BIN)/python -m pytest -m 'runs or not runs' tests/broker/test_real_rounds.py tests/broker/test_real_tables.py tests/broker/test_real_bytes.py -k 'run:'; \
 	  rc=$$?; $(BIN)/python -m tests.broker.summary "$(BROKER_RESULTS)" || rc=1; exit $$rc
 
 test-delta: $(STAMP) ## delta-spark tests in a session with Delta's jars (first run fetches them into ~/.cache/rmq-txn-reconcile/ivy)

@@ -579,34 +579,56 @@ def size_section(size: str, entry: dict) -> list[str]:
     return lines
 
 
+def _wall_over_bare(pair: dict, name: str) -> list[str]:
+    """A contender's wall, load and wall over the bare Spark of its pair (n/a if absent)."""
+    run = pair.get(name) or {}
+    ratio = run["wall_s"] / pair["bare"]["wall_s"] if run.get("wall_s") is not None else None
+    return [fmt(run.get("wall_s")), fmt(run.get("load_1m")), fmt_with(ratio, "x")]
+
+
+# The columns of the sample pairs beyond the job and bare Spark, each shown when at least
+# one pair has that contender: (pair key, header of its wall, header of its ratio).
+_SAMPLE_EXTRAS = (
+    ("floor", "floor wall s", "floor / bare wall"),
+    ("connect", "job via warm Connect wall s", "Connect / bare wall"),
+    ("connect_floor", "floor via warm Connect wall s", "Connect floor / bare wall"),
+)
+
+
 def sample_section(sample: dict) -> list[str]:
     """The interleaved pairs on the ``make run`` sample store, one row each."""
     pairs = sample.get("pairs", [])
-    with_connect = any(pair.get("connect") for pair in pairs)
+    extras = [e for e in _SAMPLE_EXTRAS if any(pair.get(e[0]) for pair in pairs)]
+    shown = {key for key, _, _ in extras}
     rows = []
     for index, pair in enumerate(pairs, 1):
         job, bare = pair["job"], pair["bare"]
         row = [str(index), fmt(job["wall_s"]), fmt(job["cpu_s"]), fmt(job.get("load_1m"))]
         row += [fmt(bare["wall_s"]), fmt(bare["cpu_s"]), fmt(bare.get("load_1m"))]
         row.append(f"{fmt(pair['ratio_wall'])}x / {fmt(pair['ratio_cpu'])}x")
-        if with_connect:
-            connect = pair.get("connect") or {}
-            row += [fmt(connect.get("wall_s")), fmt(connect.get("load_1m"))]
-            row.append(fmt_with(connect_ratio(pair), "x"))
+        for key, _, _ in extras:
+            row += _wall_over_bare(pair, key)
         total = run_jobs(job)
         row.append(f"{'n/a' if total is None else total} ({jobs_per_phase(job)})")
         rows.append(row)
     header = ["pair", "job wall s", "job CPU s", "load", "bare wall s", "bare CPU s", "load"]
     header.append("ratio wall / CPU")
-    if with_connect:
-        header += ["job via warm Connect wall s", "load", "Connect / bare wall"]
+    for _, wall, ratio in extras:
+        header += [wall, "load", ratio]
     header.append("Spark jobs of the run (per phase)")
     lines = ["### Sample store (`make run`), job and bare Spark in interleaved pairs", ""]
     lines += _table(header, rows)
     notes = ["", "Load: the 1-minute load average just before each process."]
-    if with_connect:
+    if shown & {"floor", "connect_floor"}:
         notes.append(
-            "Connect: the job's client process (`--remote`) against a Spark Connect server on"
+            "Floor: `python -m bench.floor`, what a run costs with no round: the job's session,"
+            " its read of the store with one count, and its writer committing the 8 tables"
+            " with no rows."
+        )
+    if shown & {"connect", "connect_floor"}:
+        clients = "the job's" + (" and the floor's" if "connect_floor" in shown else "")
+        notes.append(
+            f"Connect: {clients} client process (`--remote`) against a Spark Connect server on"
             " loopback, started once before the pairs and warmed by one run of the job."
         )
     error = sample.get("connect_error")

@@ -1,18 +1,22 @@
 """A quick benchmark (``make bench-small``): the job against bare Spark on the ``make run``
 sample store, in interleaved pairs, then once on the 1m stores.
 
-Each pair runs the job process (``python -m jobs.reconcile``, event log on) and the
-bare-Spark process (``python -m bench.bare_spark``) one after the other, alternating which
-goes first, so a noisy spell on the shared machine hits both of a pair: the figure is the
-median of the per-pair ratios. Every figure is printed with the machine's load average
-(1 min) just before it. From the event log: every Spark job of the run (each
-SparkListenerJobStart, labelled by phase or not), with the per-phase split.
+Each pair runs the job process (``python -m jobs.reconcile``, event log on), the floor
+process (``python -m bench.floor``: the job's session, its read of the stores with one
+count, and its writer committing the 8 tables with no rows; no round) and the bare-Spark
+process (``python -m bench.bare_spark``) one after the other, alternating the order from
+pair to pair, so a noisy spell on the shared machine hits all of a pair: each figure is
+the median of the per-pair ratios to the bare Spark of the pair. Every figure is printed
+with the machine's load average (1 min) just before it. From the job's event log: every
+Spark job of the run (each SparkListenerJobStart, labelled by phase or not), with the
+per-phase split.
 
 With the Spark Connect launcher of the tests (``tests/connect/server.py``), a server is
 started once on loopback before the pairs and warmed by one run of the job; each pair then
-also times the job through it (``--remote``: the client process, the server already up),
-and its ratio is to the bare Spark of the same pair. The server is stopped at the end, also
-on failure; a server that cannot start leaves the Connect case "not measured", with why.
+also times the job and the floor through it (``--remote``: the client process, the server
+already up), and their ratios are to the bare Spark of the same pair. The server is
+stopped at the end, also on failure; a server that cannot start leaves the Connect case
+"not measured", with why.
 
 ``python -m bench.small [--pairs 3] [--skip-1m] [--skip-connect] [--json PATH]``
 """
@@ -32,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.job import AS_OF_MS, job_env, run_job
-from bench.measure import run_measured
+from bench.measure import Measurement, run_measured
 from bench.report import (
     RUN_JOBS_TARGET,
     TARGET_CONNECT_RATIO,
@@ -46,6 +50,10 @@ from bench.stores import REPO, bench_root, ensure_stores
 SAMPLE_TRANSACTIONS = 3000  # the Makefile's SAMPLE_TRANSACTIONS
 SAMPLE_SEED = 7  # the Makefile's seed
 CONNECT_LAUNCHER = "tests.connect.server"
+# The contenders of a pair in the order of an odd pair (an even pair runs them reversed);
+# the Connect ones only with a server.
+CONTENDERS = ("job", "floor", "bare")
+CONNECT_CONTENDERS = ("connect_floor", "connect")
 
 
 def load() -> float:
@@ -101,21 +109,45 @@ def connect_command(store: Path, output: Path, url: str) -> list[str]:
     return command + ["--as-of", str(AS_OF_MS)]
 
 
+def _measured_run(command: list[str], work: Path, what: str) -> tuple[dict, Measurement]:
+    """``command`` (writing into ``work/output``, emptied first) measured without an event
+    log or ``SPARK_REMOTE`` (a Connect client gets its URL as ``--remote``): the load before
+    it, and what ``run_measured`` gives; a failure raises, naming ``what``."""
+    shutil.rmtree(work / "output", ignore_errors=True)
+    env = job_env(work)
+    for name in ("PYSPARK_SUBMIT_ARGS", "SPARK_REMOTE"):
+        env.pop(name, None)
+    figures: dict = {"load_1m": load()}
+    measured = run_measured(command, env=env, cwd=REPO)
+    if measured.returncode != 0:
+        raise RuntimeError(f"{what} exit {measured.returncode}: {measured.stderr[-2000:]}")
+    figures.update(wall_s=measured.wall_s, cpu_s=measured.cpu_s)
+    return figures, measured
+
+
 def connect_job(store: Path, work: Path, url: str) -> dict:
     """One run of the job through the warm server into a fresh output root; wall and CPU
     are the client process's (the server's own work is in neither)."""
-    output = work / "output"
-    shutil.rmtree(output, ignore_errors=True)
-    env = job_env(work)
-    for name in ("PYSPARK_SUBMIT_ARGS", "SPARK_REMOTE"):  # no local JVM; the URL is --remote
-        env.pop(name, None)
-    figures: dict = {"load_1m": load()}
-    measured = run_measured(connect_command(store, output, url), env=env, cwd=REPO)
-    if measured.returncode != 0:
-        raise RuntimeError(
-            f"the job via {url} exit {measured.returncode}: {measured.stderr[-2000:]}"
-        )
-    figures.update(wall_s=measured.wall_s, cpu_s=measured.cpu_s)
+    command = connect_command(store, work / "output", url)
+    return _measured_run(command, work, f"the job via {url}")[0]
+
+
+def floor_command(stores: dict[str, Path], output: Path, url: str | None = None) -> list[str]:
+    """The floor process (``bench.floor``): local like the job, or a client of ``url``."""
+    command = [sys.executable, "-m", "bench.floor"]
+    for broker, path in stores.items():
+        command += ["--store", f"{broker}={path}"]
+    command += ["--output", str(output)]
+    return command + (["--remote", url] if url else [])
+
+
+def floor(stores: dict[str, Path], work: Path, url: str | None = None) -> dict:
+    """One floor process into a fresh output root, measured like bare Spark (no event log);
+    through ``url``, the client process's wall and CPU, like ``connect_job``."""
+    where = f" via {url}" if url else ""
+    command = floor_command(stores, work / "output", url)
+    figures, measured = _measured_run(command, work, f"bench.floor{where}")
+    figures["parts"] = measured.stdout.strip()[-300:]
     return figures
 
 
@@ -126,30 +158,43 @@ def connect_launcher_available() -> bool:
 def pairs(
     stores: dict[str, Path], count: int, work: Path, label: str, connect_url: str | None = None
 ) -> list[dict]:
-    """``count`` pairs, alternating which runs first; with ``connect_url`` each pair also
-    runs the job through that server (first or last, opposite to the cold job), so the bare
-    Spark sits beside both."""
+    """``count`` pairs, alternating the order of the contenders (``CONTENDERS``); with
+    ``connect_url`` each pair also runs the job and the floor through that server (last or
+    first, opposite to the cold job), so the bare Spark sits beside all of them."""
     results = []
     for index in range(count):
-        order = ["job", "bare"] + (["connect"] if connect_url else [])
+        order = list(CONTENDERS) + (list(CONNECT_CONTENDERS) if connect_url else [])
         if index % 2:
             order.reverse()
-        pair: dict = {}
-        for contender in order:
-            if contender == "job":
-                pair["job"] = job(stores, work / "job")
-            elif contender == "bare":
-                pair["bare"] = bare_spark(work / "bare")
-            else:
-                assert connect_url is not None
-                pair["connect"] = connect_job(stores["broker-a"], work / "connect", connect_url)
-        pair["ratio_wall"] = pair["job"]["wall_s"] / pair["bare"]["wall_s"]
-        pair["ratio_cpu"] = pair["job"]["cpu_s"] / pair["bare"]["cpu_s"]
-        if "connect" in pair:
-            pair["ratio_connect_wall"] = pair["connect"]["wall_s"] / pair["bare"]["wall_s"]
-        results.append(pair)
+        pair = {name: contender(name, stores, work, connect_url) for name in order}
+        results.append(with_ratios(pair))
         print(line(f"{label} pair {index + 1}", pair), flush=True)
     return results
+
+
+def contender(name: str, stores: dict[str, Path], work: Path, connect_url: str | None) -> dict:
+    """One process of a pair (a name of ``CONTENDERS`` or ``CONNECT_CONTENDERS``), measured."""
+    if name == "job":
+        return job(stores, work / "job")
+    if name == "floor":
+        return floor(stores, work / "floor")
+    if name == "bare":
+        return bare_spark(work / "bare")
+    assert connect_url is not None
+    if name == "connect_floor":
+        return floor(stores, work / "connect-floor", connect_url)
+    return connect_job(stores["broker-a"], work / "connect", connect_url)
+
+
+def with_ratios(pair: dict) -> dict:
+    """``pair`` with each contender's wall (and the job's CPU) over its bare Spark's."""
+    bare = pair["bare"]
+    pair["ratio_wall"] = pair["job"]["wall_s"] / bare["wall_s"]
+    pair["ratio_cpu"] = pair["job"]["cpu_s"] / bare["cpu_s"]
+    for name in ("floor", "connect", "connect_floor"):
+        if name in pair:
+            pair[f"ratio_{name}_wall"] = pair[name]["wall_s"] / bare["wall_s"]
+    return pair
 
 
 def line(name: str, pair: dict) -> str:
@@ -165,19 +210,32 @@ def line(name: str, pair: dict) -> str:
             f" | warm Connect {c['wall_s']:5.1f} s wall (load {c['load_1m']:5.2f})"
             f" {pair['ratio_connect_wall']:.2f}x bare"
         )
+    for name, title in (("floor", "floor"), ("connect_floor", "Connect floor")):
+        if name in pair:
+            f = pair[name]
+            text += (
+                f" | {title} {f['wall_s']:5.1f} s ({pair[f'ratio_{name}_wall']:.2f}x bare)"
+                f" (load {f['load_1m']:5.2f})"
+            )
     return text + f" | Spark jobs: {run_jobs(j)} ({jobs_per_phase(j)})"
 
 
+def _median_of(results: list[dict], key: str) -> float | None:
+    values = [p[key] for p in results if key in p]
+    return statistics.median(values) if values else None
+
+
 def summary(results: list[dict]) -> dict:
-    connect = [p["ratio_connect_wall"] for p in results if "ratio_connect_wall" in p]
     return {
         "median_ratio_wall": statistics.median(p["ratio_wall"] for p in results),
         "median_ratio_cpu": statistics.median(p["ratio_cpu"] for p in results),
         "run_jobs": [run_jobs(p["job"]) for p in results],
         "run_jobs_target": RUN_JOBS_TARGET,
         "run_jobs_met": run_jobs_met(results),
-        "median_ratio_connect_wall": statistics.median(connect) if connect else None,
+        "median_ratio_connect_wall": _median_of(results, "ratio_connect_wall"),
         "connect_target": TARGET_CONNECT_RATIO,
+        "median_ratio_floor_wall": _median_of(results, "ratio_floor_wall"),
+        "median_ratio_connect_floor_wall": _median_of(results, "ratio_connect_floor_wall"),
     }
 
 
@@ -193,11 +251,23 @@ def summary_line(s: dict, connect_error: str | None = None) -> str:
     )
     connect = s["median_ratio_connect_wall"]
     if connect is None:
-        return text + f"; warm Connect: not measured ({connect_error or 'no Connect case'})"
-    return (
-        text + f"; warm Connect: median {connect:.2f}x the bare Spark of its pair"
-        f" (target <= {TARGET_CONNECT_RATIO}x: {verdict(connect <= TARGET_CONNECT_RATIO)})"
-    )
+        text += f"; warm Connect: not measured ({connect_error or 'no Connect case'})"
+    else:
+        text += (
+            f"; warm Connect: median {connect:.2f}x the bare Spark of its pair"
+            f" (target <= {TARGET_CONNECT_RATIO}x: {verdict(connect <= TARGET_CONNECT_RATIO)})"
+        )
+    return text + floor_text(s)
+
+
+def floor_text(s: dict) -> str:
+    """The floor's medians for ``summary_line``; nothing where the floor did not run."""
+    cold, connect = s.get("median_ratio_floor_wall"), s.get("median_ratio_connect_floor_wall")
+    if cold is None and connect is None:
+        return ""
+    parts = [] if cold is None else [f"{cold:.2f}x bare cold"]
+    parts += [] if connect is None else [f"{connect:.2f}x via warm Connect"]
+    return "; floor: median " + ", ".join(parts)
 
 
 def _work() -> Path:

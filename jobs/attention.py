@@ -83,11 +83,20 @@ def attention_lines(
         lines.append(
             f"{last} check request(s) are the last before a discard: the counter reached"
             f" check_max ({_per_queue(rows, 'past_last_check')}); check_requests with"
-            " checks_left = 0"
+            " checks_left = 0 and really_pending"
         )
     discarded = _total(rows, "discard_check_max") + _total(rows, "discard_expired")
     if discarded:
-        lines.append(f"{discarded} transaction(s) discarded this round: table discards")
+        lines.append(
+            f"{discarded} transaction(s) discarded this round: table discards, really_pending"
+        )
+    settled = _total(rows, "settled_discards")
+    if settled:
+        lines.append(
+            f"{settled} discard(s) of the broker's round are re-discards of transactions an op"
+            f" record already settled ({_per_queue(rows, 'settled_discards')}): harmless;"
+            " discards with really_pending = false"
+        )
     moves = offsets_to_install(offset_rows)
     for broker, changes in moves.items():
         fragment = Path(output_root) / "offset_fragments" / broker / "consumerOffset.safe.json"

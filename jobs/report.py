@@ -147,12 +147,16 @@ def _cards(run: RunTables) -> str:
         for name in (*CLASSES, "bad_records")
     }
     discards = len(run.discards)
+    settled = (
+        int(summary["settled_discards"].fillna(0).sum()) if "settled_discards" in summary else 0
+    )
     # The table's rows: run_summary counts only the bad records of a known queue.
     total["bad_records"] = max(total["bad_records"], len(run.bad_records))
     cards = [
         ("pending", len(run.pending), False),
         ("check requests", len(run.check_requests), False),
-        ("discards", discards, discards > 0),
+        ("discards", discards, discards > settled),
+        ("re-discards of settled", settled, False),
         ("immune", total[IMMUNE], False),
         ("too young / not reached", total[TOO_YOUNG] + total[NOT_REACHED], False),
         ("resolved", total[RESOLVED], False),

@@ -52,9 +52,20 @@ HALF_ROW_FIELDS = ROUND_ROW_FIELDS + OPERATOR_FIELDS
 # Only present when the run is asked for bodies (--include-body): bodies can hold personal data.
 BODY_FIELD = T.StructField("body", T.BinaryType())
 
-CHECK_REQUESTS = T.StructType(HALF_ROW_FIELDS + RUN_COLUMNS)
+# check_requests and discards list every action of the broker's own next round; these say
+# for each whether its transaction is really pending (no op record settled it) or which op
+# record settled it, and whether the record is a copy this round appends (spec section 6).
+BROKER_ACTION_FIELDS = [
+    T.StructField("really_pending", T.BooleanType()),
+    T.StructField("settled_by_op_offset", T.LongType()),
+    T.StructField("own_copy", T.BooleanType()),
+]
 
-DISCARDS = T.StructType(HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + RUN_COLUMNS)
+CHECK_REQUESTS = T.StructType(HALF_ROW_FIELDS + BROKER_ACTION_FIELDS + RUN_COLUMNS)
+
+DISCARDS = T.StructType(
+    HALF_ROW_FIELDS + [T.StructField("reason", T.StringType())] + BROKER_ACTION_FIELDS + RUN_COLUMNS
+)
 
 # Pending across runs: the earliest earlier run of the output root that had the transaction
 # pending (this run when none did) and its T (transforms.pending_history).
@@ -80,6 +91,11 @@ CONSUME_OFFSETS = T.StructType(
         # Why the queue's offsets must not be installed (null: they may); offset_after
         # and offset_safe are null then (transforms.picture).
         T.StructField("offset_hold", T.StringType()),
+        # The broker's own offset after its next round (its copies included), and on the
+        # half topic the copies that round appends (transforms.broker_round): what the
+        # broker will do, never an offset to install.
+        T.StructField("broker_offset_after", T.LongType()),
+        T.StructField("broker_copies", T.LongType()),
     ]
     + RUN_COLUMNS
 )
@@ -120,6 +136,8 @@ OP_QUEUE_GAP = "op_queue_gap"
 STALLED_OFFSET = "stalled_offset"
 SYSTEM_TOPIC_OR_DELAY = "system_topic_or_delay"
 OP_STALL_4_9 = "op_stall_4_9"
+UNPARSABLE_IMMUNITY = "unparsable_immunity"
+SETTLED_DISCARDS = "settled_discards"
 ANOMALY_KINDS = (
     *PICTURE_KINDS,
     RECHECK_OF_RESOLVED,
@@ -130,6 +148,8 @@ ANOMALY_KINDS = (
     STALLED_OFFSET,
     SYSTEM_TOPIC_OR_DELAY,
     OP_STALL_4_9,
+    UNPARSABLE_IMMUNITY,
+    SETTLED_DISCARDS,
 )
 
 # discard_history: why the broker discarded a message (reason: the counter, the age, or
@@ -190,6 +210,9 @@ RUN_SUMMARY = T.StructType(
     # Why the queue's offsets must not be installed (null: they may); h_safe and p_safe
     # are null then (transforms.picture).
     + [T.StructField("offset_hold", T.StringType())]
+    # The broker's discards in its next round of transactions an op record already settled
+    # (discards with really_pending false): harmless re-discards.
+    + [T.StructField("settled_discards", T.LongType())]
     + RUN_COLUMNS
 )
 

@@ -13,8 +13,9 @@ Decisions taken where the spec leaves room (agreed with the lead):
 - rule 3 is scoped to (broker, queue_id);
 - one bad record per unparsable op item; only ``d`` op records stored before ``T`` are
   examined; property bad records only for half records stored before ``T`` that won the
-  deduplication; an immunity that parses but overflows when multiplied by 1000 is not a bad
-  record; a missing UNIQ_KEY or PGROUP is not a bad record;
+  deduplication; an immunity property is never a bad record (unparsable, or overflowing
+  when multiplied by 1000: it means the transaction timeout, section 5); a
+  missing UNIQ_KEY or PGROUP is not a bad record;
 - a deduplication loser is a bad record with its own source/position; ties in
   commitlog_offset are broken by (source, position), the smallest wins;
 - the queue end, like everything after the deduplication, uses the winners only
@@ -129,7 +130,6 @@ KIND_DUPLICATE = "duplicate"
 KIND_OP_BODY = "op_body"
 PROPERTY_KINDS = (
     PROP_CHECK_TIMES,
-    PROP_IMMUNITY_SECONDS,
     PROP_REAL_QUEUE_ID,
     PROP_PREPARED_QUEUE_OFFSET,
 )
@@ -318,7 +318,6 @@ def decode_half(record: Record, params: RoundParams) -> Half:
         return value
 
     check_times = parsed(PROP_CHECK_TIMES, parse_int)
-    parsed(PROP_IMMUNITY_SECONDS, parse_long)  # only to report it; the value is below
     prepared = parsed(PROP_PREPARED_QUEUE_OFFSET, parse_long)
     real_queue_id = parsed(PROP_REAL_QUEUE_ID, parse_int)
     raw_immunity = properties.get(PROP_IMMUNITY_SECONDS)

@@ -32,6 +32,7 @@ from transforms.anomaly_rules.pending import (
     immunity_exhausts_checks,
     recheck_of_resolved,
     system_topic_or_delay,
+    unparsable_immunity,
 )
 from transforms.anomaly_rules.producer import slow_producer
 from transforms.merge import Facts, carried, merged
@@ -112,6 +113,7 @@ def round_anomalies(evidence: RoundEvidence, pending: DataFrame, params: RoundPa
         op_queue_gap(evidence),
         system_topic_or_delay(pending),
         op_stall_4_9(evidence, params),
+        unparsable_immunity(pending, params),
     ):
         found = found.unionByName(part)
     return found

@@ -10,7 +10,6 @@ from pyspark.sql import types as T
 
 from schemas.messages import (
     PROP_CHECK_TIMES,
-    PROP_IMMUNITY_SECONDS,
     PROP_PREPARED_QUEUE_OFFSET,
     PROP_REAL_QUEUE_ID,
 )
@@ -86,19 +85,20 @@ def unparsable_op_items(bad_items: DataFrame, op_topic: str) -> DataFrame:
     )
 
 
-# Half properties that must parse, with the parser the round uses for them. The immunity
-# property parses as a long; an unparsable one means transaction_timeout_ms.
+# Half properties that must parse, with the parser the round uses for them. Not the
+# immunity property: the broker reads an unparsable one as the transaction timeout, as the
+# round does, so its record takes part in the round (an ``unparsable_immunity`` finding,
+# ``transforms.anomaly_rules.pending``), which is what a bad record does not.
 _CHECKED_PROPERTIES: tuple[tuple[str, str, object], ...] = (
     (PROP_CHECK_TIMES, "check_times_raw", parse_java_int),
-    (PROP_IMMUNITY_SECONDS, "immunity_raw", parse_java_long),
     (PROP_REAL_QUEUE_ID, "real_queue_id_raw", parse_java_int),
     (PROP_PREPARED_QUEUE_OFFSET, "prepared_queue_offset_raw", parse_java_long),
 )
 
 
 def unparsable_properties(half: DataFrame) -> DataFrame:
-    """One bad record per unparsable counter, immunity, REAL_QID or prepared offset of a
-    half record (``half`` carries the ``*_raw`` columns of ``with_half_fields``)."""
+    """One bad record per unparsable counter, REAL_QID or prepared offset of a half record
+    (``half`` carries the ``*_raw`` columns of ``with_half_fields``)."""
     problem = T.StructType(
         [T.StructField("reason", T.StringType()), T.StructField("raw", T.StringType())]
     )

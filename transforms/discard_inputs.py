@@ -78,10 +78,13 @@ def not_reported(bad: DataFrame, reported: DataFrame, place_pattern: str) -> Dat
     The round reports it at its commit-log place (a truncated tail) or, when no record
     starts there (a bad magic code), at the consume-queue entry whose reason names that
     place (``place_pattern``: the reader's wording, groups 1 and 2 the file and position)."""
+    # try_cast, though the filter keeps only reasons whose group 2 is a number: a reason
+    # that is a literal in the plan (a fixed wording) is folded by the optimiser before any
+    # filter runs, and a strict cast of its empty group fails the whole query.
     named = reported.filter(F.col("reason").rlike(place_pattern)).select(
         "broker",
         F.regexp_extract("reason", place_pattern, 1).alias("source"),
-        F.regexp_extract("reason", place_pattern, 2).cast("long").alias("position"),
+        F.regexp_extract("reason", place_pattern, 2).try_cast("long").alias("position"),
     )
     places = reported.select(*BAD_PLACE).unionByName(named).distinct()
     return bad.join(places, on=BAD_PLACE, how="left_anti")

@@ -14,6 +14,7 @@ from schemas.outputs import CHECK, DISCARD_CHECK_MAX, DISCARD_EXPIRED, IMMUNE
 from transforms.classify import exact_age
 from transforms.messages import QUEUE_KEY
 from transforms.params import RoundParams
+from transforms.queue_values import Attach, joined_values
 
 KEY_SEPARATOR = " "  # MessageConst.KEY_SEPARATOR: KEYS holds several keys, space-separated
 # The instants a Spark/Delta timestamp holds (years 1 to 9999); a garbage time outside
@@ -60,7 +61,7 @@ def copy_reached_this_round(params: RoundParams) -> Column:
     return put_back & at_max & (F.col("stopped_at").isNull()) & before_live_copy
 
 
-def discard_at_ms(params: RoundParams) -> Column:
+def discard_at_ms(params: RoundParams, copy_reached: Column | None = None) -> Column:
     """The earliest time the broker discards the record if nobody answers.
 
     Discard rows: T. Otherwise, with c the counter after this round (the stored counter
@@ -69,6 +70,8 @@ def discard_at_ms(params: RoundParams) -> Column:
     when c reached the maximum and the copy is
     reached this round; by age the first round after born + retention; whichever is
     earlier. "Earliest": a real round period is the interval plus the round's run time.
+    ``copy_reached``: whether the round reaches the record's copy (the broker's walk knows;
+    by default ``copy_reached_this_round``, from the job's round).
     """
     as_of = F.lit(params.as_of_ms).cast(_EXACT)
     interval = F.lit(params.check_interval_ms).cast(_EXACT)
@@ -80,7 +83,8 @@ def discard_at_ms(params: RoundParams) -> Column:
     by_count = F.when(counter.isNull(), F.greatest(check_max + 1, F.lit(2))).otherwise(
         F.greatest(check_max - counter + 1, F.lit(1))
     )
-    rounds_by_count = F.when(copy_reached_this_round(params), F.lit(0)).otherwise(by_count)
+    reached = copy_reached_this_round(params) if copy_reached is None else copy_reached
+    rounds_by_count = F.when(reached, F.lit(0)).otherwise(by_count)
     # The first k >= 1 with T + k x interval - born > retention.
     to_expiry = F.lit(params.reserved_ms).cast(_EXACT) - exact_age(params)
     # floor(to_expiry / interval) exactly: subtracting the remainder first makes the
@@ -96,12 +100,15 @@ def discard_at_ms(params: RoundParams) -> Column:
     )
 
 
-def with_queue_round_facts(pending: DataFrame, queues: DataFrame) -> DataFrame:
+def with_queue_round_facts(
+    pending: DataFrame, queues: DataFrame, attach: Attach = joined_values
+) -> DataFrame:
     """Add the per-queue facts the forecast reads: ``stopped_at`` (the too-young offset,
     null when the round did not stop) and ``first_live_copy`` (the first put-back whose
-    copy is not discarded on sight)."""
-    facts = queues.select(*QUEUE_KEY, "stopped_at", "first_live_copy")
-    return pending.join(F.broadcast(facts), QUEUE_KEY, how="left")
+    copy is not discarded on sight). Every pending record's queue has a row in ``queues``
+    (its h1 was attached from it), so ``attach`` (the caller's: a literal map for a few
+    queues, costing no Spark job) keeps every record."""
+    return attach(pending, queues, ["stopped_at", "first_live_copy"])
 
 
 def past_last_check(params: RoundParams) -> Column:

@@ -75,18 +75,19 @@ def explode_op_items(ops: DataFrame) -> DataFrame:
     )
 
 
-def named_offsets(op_items: DataFrame) -> DataFrame:
+def named_offsets(op_items: DataFrame, *also: str) -> DataFrame:
     """``named`` of spec section 3: ``broker, queue_id, half_offset`` named by any op
-    record (duplicates kept; consumers test membership with semi/anti joins)."""
-    return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select("broker", "queue_id", HALF_OFFSET)
+    record, and the columns ``also`` of the op item naming it (``op_offset``: which op
+    record; duplicates kept; consumers test membership with semi/anti joins, or aggregate)."""
+    return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
+        "broker", "queue_id", HALF_OFFSET, *also
+    )
 
 
 def named_with_times(op_items: DataFrame) -> DataFrame:
     """``broker, queue_id, half_offset, op_store_ms``: ``named`` with the store time of the
     op record naming each offset (when that half record was resolved)."""
-    return op_items.filter(F.col(HALF_OFFSET).isNotNull()).select(
-        "broker", "queue_id", HALF_OFFSET, OP_STORE_MS
-    )
+    return named_offsets(op_items, OP_STORE_MS)
 
 
 def unparsable_items(op_items: DataFrame) -> DataFrame:

@@ -43,8 +43,16 @@ from transforms.anomalies import (
     with_anomaly_counts,
     with_run_columns,
 )
+from transforms.anomaly_rules.broker_view import settled_discards
 from transforms.anomaly_rules.cross_run import stalled_offset
+from transforms.broker_round import broker_offsets
+from transforms.broker_view import (
+    broker_action_rows,
+    broker_view_columns,
+    settled_discard_counts,
+)
 from transforms.discard_history import discard_history_counts
+from transforms.merge import carried, merged
 from transforms.messages import QUEUE_KEY, offset_msg_id
 from transforms.operator_fields import (
     attention_counts,
@@ -130,7 +138,12 @@ class RunExtras:
     facts: RunFacts = RunFacts()
 
 
-def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> DataFrame:
+def _half_rows(
+    pending: DataFrame,
+    params: RoundParams,
+    extra: list[Column],
+    copy_reached: Column | None = None,
+) -> DataFrame:
     schema = half_row_schema(params.include_body)
     values = {
         "broker": F.col("broker"),
@@ -152,7 +165,7 @@ def _half_rows(pending: DataFrame, params: RoundParams, extra: list[Column]) -> 
         "transaction_id": F.col("transaction_id"),
         "born_host": F.col("born_host"),
         "checks_left": checks_left(params),
-        "discard_at_ms": discard_at_ms(params),
+        "discard_at_ms": discard_at_ms(params, copy_reached),
         "born_at": utc_timestamp(F.col("born_timestamp_ms")),
         "stored_at": utc_timestamp(F.col("store_timestamp_ms")),
         "as_of": utc_timestamp(F.lit(params.as_of_ms).cast(T.LongType())),
@@ -173,7 +186,18 @@ def _run_columns(params: RoundParams) -> list[Column]:
 HELD_OFFSETS = ("offset_after", "offset_safe")
 
 
-def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
+# The columns of a queue row that consume_offsets reads (one row per topic from each).
+_QUEUE_OFFSETS = ("h_committed", "h0", "h1", "h_safe", "p_committed", "p0", "p1", "p_safe")
+
+
+def _with_broker_offsets(queues: DataFrame, broker: DataFrame) -> DataFrame:
+    """The queue rows with ``BROKER_OFFSETS`` (null for a queue the walk did not reach),
+    merged in one aggregate: the walk is read once, by this table's query."""
+    rows = queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, *_QUEUE_OFFSETS, "offset_hold")
+    return merged(carried(rows), broker_offsets(broker))
+
+
+def _consume_offsets(queues: DataFrame, params: RoundParams, broker: DataFrame) -> DataFrame:
     per_topic = F.explode(
         F.array(
             F.struct(
@@ -182,6 +206,8 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
                 F.col("h0").alias("offset_before"),
                 F.col("h1").alias("offset_after"),
                 F.col("h_safe").alias("offset_safe"),
+                F.col("broker_h1").alias("broker_offset_after"),
+                F.col("broker_copies").alias("broker_copies"),
             ),
             F.struct(
                 F.lit(OP_TOPIC).alias("topic"),
@@ -189,10 +215,12 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
                 F.col("p0").alias("offset_before"),
                 F.col("p1").alias("offset_after"),
                 F.col("p_safe").alias("offset_safe"),
+                F.col("broker_p1").alias("broker_offset_after"),
+                F.lit(None).cast("long").alias("broker_copies"),  # copies go to the half queue
             ),
         )
     ).alias("row")
-    rows = queues.filter(F.col("h0").isNotNull()).select(*QUEUE_KEY, per_topic, "offset_hold")
+    rows = _with_broker_offsets(queues, broker).select(*QUEUE_KEY, per_topic, "offset_hold")
     return rows.select(
         "broker",
         F.col("row.topic").alias("topic"),
@@ -203,6 +231,8 @@ def _consume_offsets(queues: DataFrame, params: RoundParams) -> DataFrame:
         "row.offset_after",
         "row.offset_safe",
         "offset_hold",
+        "row.broker_offset_after",
+        "row.broker_copies",
         *_run_columns(params),
     ).select(
         *[
@@ -246,10 +276,12 @@ def _history_rows(history: DataFrame | None) -> tuple[DataFrame | None, Column]:
 
 def _summary_rows(state: RoundState, pending: DataFrame, extras: RunExtras) -> DataFrame:
     """run_summary's rows before the anomaly counts: the round's per-queue facts, the
-    attention counts, the discard history's rows per broker, settings and run facts."""
+    attention counts, the broker's re-discards, the discard history's rows per broker,
+    settings and run facts."""
     params = state.params
     attention = attention_counts(pending, params)
     queues = state.queues.join(attention, QUEUE_KEY, how="left")
+    queues = queues.join(settled_discard_counts(state.broker), QUEUE_KEY, how="left")
     history_counts, history_rows = _history_rows(extras.discard_history)
     if history_counts is not None:
         queues = queues.join(history_counts, "broker", how="left")
@@ -272,6 +304,8 @@ def _summary_rows(state: RoundState, pending: DataFrame, extras: RunExtras) -> D
         *_settings_columns(params),
         *_fact_columns(extras.facts),
         "offset_hold",
+        # Null for a queue the broker's walk does not reach (the round has no start for it).
+        "settled_discards",
         *_run_columns(params),
     )
 
@@ -281,7 +315,7 @@ def _run_anomalies(state: RoundState, summary: DataFrame, extras: RunExtras) -> 
     first, and --fail-on covers it), the round's rules, discards without a check and
     offsets stalled across runs."""
     params = state.params
-    parts = [picture_anomalies(summary), *_round_findings(state)]
+    parts = [picture_anomalies(summary), *_round_findings(state), settled_discards(summary)]
     if extras.discard_findings is not None:
         parts.append(extras.discard_findings)
     if extras.earlier_offsets is not None:
@@ -311,17 +345,23 @@ def _bad_records(state: RoundState, extras: RunExtras) -> DataFrame:
 
 
 def _status_rows(state: RoundState, pending: DataFrame, extras: RunExtras) -> list[DataFrame]:
-    """check_requests, discards and pending: the half rows of each status."""
+    """check_requests and discards: the half rows of the broker's checks and discards;
+    pending: the half rows of every unresolved record, with its status."""
     params = state.params
     run = _run_columns(params)
     discard_reason = F.when(F.col("status") == DISCARD_CHECK_MAX, REASON_CHECK_MAX).otherwise(
         REASON_EXPIRED
     )
-    check_requests = _half_rows(pending.filter(F.col("status") == CHECK), params, run)
+    # The broker's walk knows whether a check's copy is discarded in the same round.
+    reached = F.col("copy_discarded")
+    check_requests = _half_rows(
+        broker_action_rows(state.broker, (CHECK,)), params, [*broker_view_columns(), *run], reached
+    )
     discards = _half_rows(
-        pending.filter(F.col("status").isin(DISCARD_CHECK_MAX, DISCARD_EXPIRED)),
+        broker_action_rows(state.broker, (DISCARD_CHECK_MAX, DISCARD_EXPIRED)),
         params,
-        [discard_reason.alias("reason"), *run],
+        [discard_reason.alias("reason"), *broker_view_columns(), *run],
+        reached,
     )
     # New to this run, unless an earlier run saw them (transforms.pending_history).
     since = first_seen_now(params.run_id, params.as_of_ms)
@@ -334,7 +374,7 @@ def _status_rows(state: RoundState, pending: DataFrame, extras: RunExtras) -> li
 def shape_tables(state: RoundState, extras: RunExtras = RunExtras()) -> RoundOutputs:
     """Every output table (spec section 6) from a classified round and ``extras``."""
     m = state.materialize
-    pending = with_queue_round_facts(state.pending, state.queues)
+    pending = with_queue_round_facts(state.pending, state.queues, m.attach)
     check_requests, discards, pending_rows = _status_rows(state, pending, extras)
     summary = _summary_rows(state, pending, extras)
     # Held: the table and run_summary's counts both read them.
@@ -346,7 +386,7 @@ def shape_tables(state: RoundState, extras: RunExtras = RunExtras()) -> RoundOut
         check_requests=check_requests,
         discards=discards,
         pending=pending_rows,
-        consume_offsets=_consume_offsets(state.queues, state.params),
+        consume_offsets=_consume_offsets(state.queues, state.params, state.broker),
         run_summary=with_anomaly_counts(summary, anomalies),
         bad_records=_bad_records(state, extras),
         anomalies=anomalies,

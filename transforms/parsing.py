@@ -33,7 +33,8 @@ def parse_java_int(text: Column) -> Column:
 
 
 def is_unparsable(raw: Column, parsed: Column) -> Column:
-    """A value is present but could not be parsed: a bad record, and treated as absent."""
+    """A value is present but could not be parsed (treated as absent; a bad record, or for
+    the immunity property a finding: ``transforms.bad_records``)."""
     return raw.isNotNull() & parsed.isNull()
 
 

@@ -23,6 +23,8 @@ from pyspark.sql import DataFrame
 from transforms.anomalies import (
     RoundEvidence,
 )
+from transforms.broker_round import broker_round
+from transforms.broker_view import BROKER_ROW_COLUMNS
 from transforms.messages import is_half, is_op, stored_before
 from transforms.offsets import (
     round_starts,
@@ -47,9 +49,10 @@ from transforms.round_stages import (
     records_from_h0_bound,
     round_bad_records,
     round_records,
+    settled_from_h0,
     status_facts,
     stop_facts,
-    unresolved_from_h0,
+    unresolved,
     with_statuses,
 )
 
@@ -127,6 +130,8 @@ class RoundState:
         queues: one row per (broker, queue_id) of the domain: committed offsets,
             h0/h1/h_safe, p0/p1/p_safe, class counts, warnings.
         bad_records: ``schemas.outputs.BAD_RECORD`` rows (reader's and round's).
+        broker: the broker's own next round per queue (``transforms.broker_round``),
+            walked from the same start offsets.
         materialize: what materialised the round's frames (its ``release`` frees them).
         evidence: the half and op records the anomaly rules read (``transforms.anomalies``);
             None: no anomaly is looked for.
@@ -136,6 +141,7 @@ class RoundState:
     queues: DataFrame
     bad_records: DataFrame
     params: RoundParams
+    broker: DataFrame
     materialize: Materializer = LAZY
     evidence: RoundEvidence | None = None
 
@@ -191,9 +197,10 @@ def classify_round(
     # rules' transactions (a record in [h0, h1)) are among them. Held, so that the rules do
     # not scan every half record again.
     linked = m.records(transaction_records(half, from_h0, small))
-    unresolved = unresolved_from_h0(linked, op_items, from_h0, small=small)
-    # Materialised: the stop offsets are aggregated from them before statuses are set.
-    candidates = m.records(classified(unresolved, params))
+    # Records from h0, their class and the op that settled them (null: really pending). Held:
+    # the stop offsets are aggregated before statuses are set; the broker's walk reads all.
+    settled = m.records(classified(settled_from_h0(linked, op_items, from_h0, small), params))
+    candidates = unresolved(settled)
     h1s = m.per_queue(with_h1(starts, stop_facts(candidates)))
     # Kept: counted per queue now, then read by every output table, the anomaly rules and
     # the discard history.
@@ -202,11 +209,13 @@ def classify_round(
     # Found once (usually a few): counted per queue below, then written by the job.
     bad_records = m.kept(round_bad_records(marked, op_items, half, bad_input))
     note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
-    # The half and op records the end offsets read, joined with the queues' window once.
-    rows = window_rows(half, ops, op_items, safe, params, m.attach)
+    rows = window_rows(half, ops, op_items, safe, params, m.attach)  # the end offsets' records
     queues = queue_summary(
         safe, window_facts(rows), bad_record_facts(bad_records), note_facts(note_rows)
     )
-    # Left lazy: its consumer materialises it once (the job adds its warnings first).
-    evidence = RoundEvidence(half, ops, op_items, linked)
-    return RoundState(pending, queues, bad_records, params, m, evidence)
+    evidence = RoundEvidence(half, ops, op_items, linked)  # lazy: its consumer holds it
+    # The broker's own round from the same starts (each action with its record's columns).
+    # Held: check_requests, discards and the small tables read it.
+    walked = broker_round(settled, ops, starts, params, attach=m.attach, carried=BROKER_ROW_COLUMNS)
+    broker = m.kept(walked)
+    return RoundState(pending, queues, bad_records, params, broker, m, evidence)

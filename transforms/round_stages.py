@@ -38,11 +38,16 @@ from transforms.classify import counter_after, with_round_class
 from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with_half_fields
 from transforms.offsets import p1_and_p_safe
-from transforms.ops import named_offsets, unparsable_items
+from transforms.ops import OP_OFFSET, named_offsets, unparsable_items
 from transforms.params import RoundParams
 from transforms.picture import BAD_PLACES, bad_record_places, offset_hold
 from transforms.queue_values import Attach, joined_values
-from transforms.resolve import resolved_transactions, unresolved_half, with_transaction_key
+from transforms.resolve import (
+    SETTLED_BY,
+    resolved_transactions,
+    with_settled_by,
+    with_transaction_key,
+)
 
 # Classes counted per queue from the statuses (resolved records are counted separately).
 STATUS_COUNTS = tuple(name for name in CLASSES if name != RESOLVED)
@@ -87,23 +92,25 @@ def records_from_h0_bound(starts: DataFrame) -> DataFrame:
     return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
 
 
-def unresolved_from_h0(
+def settled_from_h0(
     linked: DataFrame, op_items: DataFrame, from_h0: DataFrame, small: bool
 ) -> DataFrame:
-    """Records from h0 of no resolved transaction (rules 1-3). Only the transactions of
-    ``from_h0`` are resolved, from ``linked``, every half record of theirs
-    (``transaction_records``: rule 3 reaches below h0 through them); ``small`` says
-    ``from_h0`` may be broadcast."""
-    named = named_offsets(op_items)
-    resolved = resolved_transactions(linked, named, small=small)
-    # Named copies of the few transactions from h0 are fewer than their records: broadcast.
-    return unresolved_half(from_h0, F.broadcast(resolved) if small else resolved).select(
-        *from_h0.columns
-    )
+    """Records from h0 with ``settled_by_op_offset`` (rules 1-3; null: unresolved, really
+    pending). Only the transactions of ``from_h0`` are resolved, from ``linked``, every
+    half record of theirs (``transaction_records``: rule 3 reaches below h0 through them);
+    ``small`` says ``from_h0`` may be broadcast."""
+    settling = resolved_transactions(linked, named_offsets(op_items, OP_OFFSET), small=small)
+    # Named transactions of the few records from h0 are fewer than their records: broadcast.
+    return with_settled_by(from_h0, settling, small=small)
+
+
+def unresolved(settled: DataFrame) -> DataFrame:
+    """The records of ``settled_from_h0`` that are really pending, without the column."""
+    return settled.filter(F.col(SETTLED_BY).isNull()).drop(SETTLED_BY)
 
 
 def classified(unresolved: DataFrame, params: RoundParams) -> DataFrame:
-    """Unresolved records with ``immunity_ms``, ``age_ms`` and ``round_class`` (spec 5)."""
+    """Records with ``immunity_ms``, ``age_ms`` and ``round_class`` (spec 5)."""
     with_class = with_round_class(unresolved, params)
     return with_class.select(*unresolved.columns, "immunity_ms", "age_ms", "round_class")
 

@@ -245,3 +245,24 @@ def test_committed_figures_hold_no_absolute_path_of_the_machine() -> None:
     assert portable(text) == "collect at jobs/x.py:1; .venv/bin/python; ~/.cache/b"
     stores = f"{bench_root()}/stores/1m/broker-a"
     assert portable(stores) == "$RMQ_BENCH_DIR/stores/1m/broker-a"
+
+
+def test_the_sample_pairs_show_the_floor_cold_and_via_connect() -> None:
+    results = _results()
+    for pair in results["sample"]["pairs"]:
+        pair["floor"] = {"wall_s": 12.0, "cpu_s": 4.0, "load_1m": 0.7}
+        pair["connect_floor"] = {"wall_s": 2.4, "cpu_s": 1.0, "load_1m": 0.8}
+    text = render_markdown(results)
+    assert (
+        "| 3 | 20.0 | 26.0 | 0.50 | 8.00 | 8.00 | 0.40 | 2.50x / 3.25x | 12.0 | 0.70 | 1.50x"
+        " | 3.60 | 0.60 | 0.45x | 2.40 | 0.80 | 0.30x"
+        " | 35 (resolve and classify 14, write 20, (unlabelled) 1) |"
+    ) in text
+    assert "floor / bare wall" in text and "Connect floor / bare wall" in text
+    assert "Floor: `python -m bench.floor`, what a run costs with no round" in text
+    assert "Connect: the job's and the floor's client process (`--remote`)" in text
+
+
+def test_the_sample_pairs_without_a_floor_have_no_floor_columns() -> None:
+    text = render_markdown(_results())
+    assert "floor" not in text.lower()

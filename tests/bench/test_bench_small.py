@@ -7,7 +7,14 @@ from pathlib import Path
 
 from bench.job import AS_OF_MS
 from bench.report import RUN_JOBS_TARGET
-from bench.small import connect_command, line, summary, summary_line
+from bench.small import (
+    connect_command,
+    floor_command,
+    line,
+    summary,
+    summary_line,
+    with_ratios,
+)
 
 
 def _pair(job_wall: float, bare_wall: float, round_jobs: int) -> dict:
@@ -94,3 +101,65 @@ def test_each_line_counts_the_jobs_of_every_phase_in_the_job_order() -> None:
         " (unlabelled) 1)"
     )
     assert expected in text
+
+
+def _with_floors(pair: dict, floor_wall: float, connect_floor_wall: float | None = None) -> dict:
+    pair["floor"] = {"wall_s": floor_wall, "cpu_s": 2.0, "load_1m": 1.0}
+    if connect_floor_wall is not None:
+        pair["connect_floor"] = {"wall_s": connect_floor_wall, "cpu_s": 1.0, "load_1m": 0.5}
+    return with_ratios(pair)
+
+
+def test_the_floor_ratios_are_to_the_bare_spark_of_the_same_pair() -> None:
+    pair = _with_floors(_with_connect(_pair(30, 10, 12), 4.0), 18.0, 3.5)
+    assert pair["ratio_floor_wall"] == 1.8
+    assert pair["ratio_connect_floor_wall"] == 0.35
+    assert pair["ratio_connect_wall"] == 0.4 and pair["ratio_wall"] == 3.0
+    text = line("sample pair 1", pair)
+    assert " | floor  18.0 s (1.80x bare) (load  1.00)" in text
+    assert " | Connect floor   3.5 s (0.35x bare) (load  0.50)" in text
+
+
+def test_the_summary_gives_the_floor_medians_cold_and_via_connect() -> None:
+    pairs = [
+        _with_floors(_with_connect(_pair(30, 10, 12), 4.0), 18.0, 3.5),
+        _with_floors(_with_connect(_pair(30, 20, 12), 4.0), 20.0, 8.0),
+        _with_floors(_with_connect(_pair(30, 5, 12), 4.0), 10.0, 2.0),
+    ]
+    result = summary(pairs)
+    assert result["median_ratio_floor_wall"] == 1.8  # of 1.8, 1.0, 2.0
+    assert result["median_ratio_connect_floor_wall"] == 0.4  # of 0.35, 0.4, 0.4
+    assert summary_line(result).endswith("; floor: median 1.80x bare cold, 0.40x via warm Connect")
+
+
+def test_without_the_connect_case_the_floor_is_cold_only() -> None:
+    result = summary([_with_floors(_pair(30, 10, 12), 17.0)])
+    assert result["median_ratio_connect_floor_wall"] is None
+    text = summary_line(result, "--skip-connect")
+    assert text.endswith(
+        "warm Connect: not measured (--skip-connect); floor: median 1.70x bare cold"
+    )
+    assert "Connect floor" not in line("sample pair 1", _with_floors(_pair(30, 10, 12), 17.0))
+
+
+def test_a_pair_without_a_floor_shows_none() -> None:
+    result = summary([_pair(30, 10, 12)])
+    assert result["median_ratio_floor_wall"] is None
+    assert "floor" not in summary_line(result) and "floor" not in line("p", _pair(30, 10, 12))
+
+
+def test_the_floor_runs_local_or_as_a_client_of_the_server() -> None:
+    stores = {"broker-a": Path("/a"), "broker-b": Path("/b")}
+    command = floor_command(stores, Path("/o"))
+    assert command[1:] == [
+        "-m",
+        "bench.floor",
+        "--store",
+        "broker-a=/a",
+        "--store",
+        "broker-b=/b",
+        "--output",
+        "/o",
+    ]
+    remote = floor_command(stores, Path("/o"), "sc://127.0.0.1:1")
+    assert remote[-2:] == ["--remote", "sc://127.0.0.1:1"]

@@ -17,7 +17,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from schemas.messages import REMOVE_TAG
+from schemas.messages import HALF_TOPIC, OP_TOPIC, REMOVE_TAG
 from simulator.broker_round import (
     BROKER,
     RoundOutcome,
@@ -69,16 +69,39 @@ class JobRound:
     h1: int
     p0: int
     p1: int
+    # consume_offsets' broker_offset_after (half, op) and broker_copies of queue 0.
+    broker_h1: int | None = None
+    broker_p1: int | None = None
+    broker_copies: int | None = None
+    # check_requests and discards of queue 0: the broker's round, (uniq_key, check_times).
+    broker_checks: Counter = field(default_factory=Counter)
+    broker_discards: Counter = field(default_factory=Counter)
 
     @staticmethod
     def from_outputs(outputs) -> JobRound:
         pending = outputs.pending.select("half_offset", "status", "uniq_key", "check_times")
         rows = pending.collect()
         summary = outputs.run_summary.select("queue_id", "h0", "h1", "p0", "p1").collect()
-        return JobRound.from_rows([r.asDict() for r in rows], [s.asDict() for s in summary])
+        offsets = outputs.consume_offsets.select(*OFFSET_COLUMNS).collect()
+        actions = [
+            [r.asDict() for r in frame.select(*ACTION_COLUMNS).collect()]
+            for frame in (outputs.check_requests, outputs.discards)
+        ]
+        return JobRound.from_rows(
+            [r.asDict() for r in rows],
+            [s.asDict() for s in summary],
+            [o.asDict() for o in offsets],
+            *actions,
+        )
 
     @staticmethod
-    def from_rows(pending: list[dict], summary: list[dict]) -> JobRound:
+    def from_rows(
+        pending: list[dict],
+        summary: list[dict],
+        offsets: list[dict] | None = None,
+        check_requests: list[dict] | None = None,
+        discards: list[dict] | None = None,
+    ) -> JobRound:
         def multiset(*statuses: str) -> Counter:
             return Counter(
                 (r["uniq_key"], r["check_times"]) for r in pending if r["status"] in statuses
@@ -99,7 +122,33 @@ class JobRound:
             h1=int(s["h1"]),
             p0=int(s["p0"]),
             p1=int(s["p1"]),
+            **_broker_offsets(offsets or []),
+            broker_checks=_actions(check_requests or []),
+            broker_discards=_actions(discards or []),
         )
+
+
+# What JobRound reads of check_requests and discards.
+ACTION_COLUMNS = ("queue_id", "uniq_key", "check_times")
+
+
+def _actions(rows: list[dict]) -> Counter:
+    return Counter((r["uniq_key"], r["check_times"]) for r in rows if r["queue_id"] == 0)
+
+
+# What JobRound reads of consume_offsets.
+OFFSET_COLUMNS = ("topic", "queue_id", "broker_offset_after", "broker_copies")
+
+
+def _broker_offsets(offsets: list[dict]) -> dict[str, int | None]:
+    """``broker_h1``, ``broker_p1``, ``broker_copies`` of queue 0 from consume_offsets rows."""
+    by_topic = {o["topic"]: o for o in offsets if o["queue_id"] == 0}
+    half, op = by_topic.get(HALF_TOPIC, {}), by_topic.get(OP_TOPIC, {})
+    return {
+        "broker_h1": half.get("broker_offset_after"),
+        "broker_p1": op.get("broker_offset_after"),
+        "broker_copies": half.get("broker_copies"),
+    }
 
 
 @dataclass

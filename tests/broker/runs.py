@@ -159,6 +159,27 @@ def _link_snapshot(snap: Path, store: Path, k: int, r: dict) -> None:
     write_consumer_offsets(snap / "config" / "consumerOffset.json", table)
 
 
+def small_run_config(**extra):
+    """A short simulated run that reaches every class of the round in a few rounds: three
+    checks at most, a 5 s check interval, late and never-answering producers, immunity
+    copies, small files (roll-overs) and other traffic; ``extra`` overrides any field."""
+    import simulator.simulation as simulation
+
+    base = dict(
+        duration_s=120,
+        check_interval_ms=5000,
+        check_max=3,
+        never_fraction=0.08,
+        late_fraction=0.15,
+        immunity_fraction=0.15,
+        commitlog_file_size=1 << 16,
+        cq_file_entries=64,
+        other_traffic=0.2,
+    )
+    base.update(extra)
+    return simulation.SimConfig(**base)
+
+
 def write_simulated_run(out: Path, config, rounds: list[int] | None = None) -> Path:
     """A run directory in the harness's format whose "broker" is our simulator: the store is
     written once; each chosen round's snapshot links its commit log and consume queues and

@@ -43,14 +43,19 @@ def record(round_id: str, line: str, source: str, comparison: str, agrees: bool,
 
 
 def summary_line(entries: list[dict]) -> str | None:
-    """``real broker: N/M rounds agree (5.3.3 a/b, 4.9.x c/d); K differences, all by design``.
-    Counts the rounds of real runs (an ``RMQ_BROKER_RUN`` run when one was compared, else
-    the checked-in fixtures); a round agrees when both comparisons ran and agree on it."""
+    """``real broker: N/M rounds agree (5.3.3 a/b, 4.9.x c/d); tables: D differences (E
+    rounds exact, C cut by dispatch); the really-pending picture: K differences, all by
+    design``. Counts the rounds of real runs (an ``RMQ_BROKER_RUN`` run when one was
+    compared, else the checked-in fixtures); a round agrees when both comparisons of the
+    job's picture ran and agree on it. "tables": check_requests, discards and the
+    put-backs against the broker's recorded round (``tables`` entries)."""
     real = [e for e in entries if e["source"] == "run"] or [
         e for e in entries if e["source"] == "fixture"
     ]
     if not real:
         return None
+    tables = [e for e in real if e["comparison"] == "tables"]
+    real = [e for e in real if e["comparison"] in COMPARISONS]
     rounds: dict[str, dict] = {}
     for e in real:
         slot = rounds.setdefault(
@@ -70,9 +75,18 @@ def summary_line(entries: list[dict]) -> str | None:
     k = sum(r["diffs"] for r in rounds.values())
     unexplained = sum(r["unexplained"] for r in rounds.values())
     tail = "all by design" if unexplained == 0 else f"{unexplained} NOT by design"
+    cut = sum(bool(e.get("dispatch_cut")) for e in tables)
+    exact = sum(bool(e["agrees"]) and not e.get("dispatch_cut") for e in tables)
+    off = sum(int(e.get("differences", 0)) for e in tables)
+    table_part = f"tables: {off} differences ({exact} rounds exact, {cut} cut by dispatch)"
+    if not rounds:  # only the tables were compared (make test: test_real_tables)
+        return f"real broker: {table_part}"
+    picture = f"{k} differences, {tail}"
+    if not tables:  # the job's picture only (make test-runs: test_real_rounds)
+        return f"real broker: {agree}/{len(rounds)} rounds agree ({', '.join(parts)}); {picture}"
     return (
         f"real broker: {agree}/{len(rounds)} rounds agree ({', '.join(parts)}); "
-        f"{k} differences, {tail}"
+        f"{table_part}; the really-pending picture: {picture}"
     )
 
 

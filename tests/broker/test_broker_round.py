@@ -41,7 +41,7 @@ from tests.broker.compare import (
     simulator_vs_broker,
 )
 from tests.broker.live import assert_torn_tail_only, reconcile_live
-from tests.broker.runs import load_run, write_simulated_run
+from tests.broker.runs import load_run, small_run_config, write_simulated_run
 from tests.spark_cache import holds_cached_frames
 
 # Whole runs of the job: `make test-runs`, not `make test`.
@@ -52,22 +52,7 @@ S = 1000
 
 
 def _config(op_style: str, **extra) -> simulation.SimConfig:
-    base = dict(
-        transactions=600,
-        seed=5,
-        op_style=op_style,
-        duration_s=120,
-        check_interval_ms=5000,
-        check_max=3,
-        never_fraction=0.08,
-        late_fraction=0.15,
-        immunity_fraction=0.15,
-        commitlog_file_size=1 << 16,
-        cq_file_entries=64,
-        other_traffic=0.2,
-    )
-    base.update(extra)
-    return simulation.SimConfig(**base)
+    return small_run_config(**{"transactions": 600, "seed": 5, "op_style": op_style, **extra})
 
 
 @pytest.fixture(scope="module", params=["5.x", "4.9"])
@@ -248,13 +233,27 @@ def test_summary_line():
         entry("b", "4.9.x", "run", "simulator", True),
         entry("b", "4.9.x", "run", "job", False, unexplained=1),
         entry("d", "4.9.x", "run", "simulator", True),  # its job comparison never ran
+        entry("a", "5.3.3", "run", "tables", True, differences=0),
+        entry("b", "4.9.x", "run", "tables", False, differences=2),
+        entry("d", "4.9.x", "run", "tables", True, dispatch_cut=True),
         entry("c", "4.9.x", "fixture", "simulator", True),
         entry("c", "4.9.x", "fixture", "job", True),
+        entry("c", "4.9.x", "fixture", "tables", True, differences=0),
     ]
     assert summary.summary_line(entries) == (
-        "real broker: 1/3 rounds agree (5.3.3 1/1, 4.9.x 0/2); 3 differences, 1 NOT by design"
+        "real broker: 1/3 rounds agree (5.3.3 1/1, 4.9.x 0/2); tables: 2 differences"
+        " (1 rounds exact, 1 cut by dispatch); the really-pending picture: 3 differences,"
+        " 1 NOT by design"
     )
-    assert summary.summary_line(entries[5:]) == (
+    assert summary.summary_line(entries[8:]) == (
+        "real broker: 1/1 rounds agree (5.3.3 0/0, 4.9.x 1/1); tables: 0 differences"
+        " (1 rounds exact, 0 cut by dispatch); the really-pending picture: 0 differences,"
+        " all by design"
+    )
+    assert summary.summary_line(entries[10:]) == (
+        "real broker: tables: 0 differences (1 rounds exact, 0 cut by dispatch)"
+    )
+    assert summary.summary_line(entries[8:10]) == (
         "real broker: 1/1 rounds agree (5.3.3 0/0, 4.9.x 1/1); 0 differences, all by design"
     )
 

@@ -9,112 +9,22 @@ version line through the command line) and names every difference (``compare.py`
 
 from __future__ import annotations
 
-import functools
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from simulator.broker_round import Snapshot, load_snapshot
 from tests.broker import summary
 from tests.broker.compare import (
     BY_DESIGN,
     CLASSES,
-    JobRound,
     broker_variant,
     job_vs_broker,
     simulator_vs_broker,
 )
+from tests.broker.job_rounds import check_source as _check_source
+from tests.broker.job_rounds import job_round as _job_round
+from tests.broker.job_rounds import snapshot as _snapshot
 
 # Whole runs of the job: `make test-runs`, not `make test`.
 pytestmark = pytest.mark.runs
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _check_source(source: str, recorded) -> None:
-    if source == "error":
-        pytest.fail(str(recorded), pytrace=False)
-
-
-@functools.lru_cache(maxsize=64)
-def _snapshot(path: Path, as_of_ms: int) -> Snapshot:
-    return load_snapshot(path, as_of_ms)
-
-
-def _broker_args(recorded) -> dict:
-    s = recorded.settings
-    return {
-        "check_max": s.check_max,
-        "transaction_timeout_ms": s.transaction_timeout_ms,
-        "file_reserved_hours": s.file_reserved_hours,
-        "broker_version": s.version,
-    }
-
-
-_JOB: dict[str, JobRound] = {}
-
-
-def _first_of_line(source: str, recorded) -> bool:
-    from tests.broker.conftest import sources
-
-    first = next(r for s, r in sources() if s == source and r.line == recorded.line)
-    return first.id == recorded.id
-
-
-def _job_round(spark, source: str, recorded, tmp_root: Path) -> JobRound:
-    """The job's round on the snapshot (cached per round): the first round of each version
-    line through the command line as a user runs it, the others through the notebook API in
-    the shared session (a JVM per round would cost a minute each)."""
-    key = f"{source}:{recorded.id}"
-    if key not in _JOB:
-        if _first_of_line(source, recorded):
-            _JOB[key] = _cli_round(recorded, tmp_root / key.replace(":", "-"))
-        else:
-            from jobs.reconcile import reconcile_stores
-
-            out = reconcile_stores(
-                spark,
-                [f"broker={recorded.snapshot}"],
-                as_of=recorded.as_of_ms,
-                **_broker_args(recorded),
-            )
-            _JOB[key] = JobRound.from_outputs(out)
-            out.release()  # 24 rounds in one session: each one's cache would stay
-    return _JOB[key]
-
-
-def _cli_round(recorded, out: Path) -> JobRound:
-    from deltalake import DeltaTable
-
-    args = _broker_args(recorded)
-    argv = [
-        sys.executable,
-        "-m",
-        "jobs.reconcile",
-        "--store",
-        f"broker={recorded.snapshot}",
-        "--as-of",
-        str(recorded.as_of_ms),
-        "--check-max",
-        str(args["check_max"]),
-        "--transaction-timeout-ms",
-        str(args["transaction_timeout_ms"]),
-        "--file-reserved-hours",
-        str(args["file_reserved_hours"]),
-        "--broker-version",
-        args["broker_version"],
-        "--master",
-        "local[1]",
-        "--output",
-        str(out),
-    ]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"{' '.join(argv)}: exit {done.returncode}: {done.stderr[-1500:]}"
-    pending = DeltaTable(str(out / "pending")).to_pyarrow_table().to_pylist()
-    run_summary = DeltaTable(str(out / "run_summary")).to_pyarrow_table().to_pylist()
-    return JobRound.from_rows(pending, run_summary)
 
 
 def test_simulator_round_reproduces_the_broker_round(source, recorded):

@@ -72,18 +72,21 @@ def test_anomalies_are_written_counted_printed_and_fail_on_exits_3(
     ]
     assert sorted(found, key=repr) == [
         ("recheck_of_resolved", "critical", "KEY0000", 1, None),
+        ("settled_discards", "info", None, None, None),  # the same discard, per queue
         ("stalled_offset", "critical", None, 0, None),
         ("stalled_offset", "critical", None, None, 0),
         ("system_topic_or_delay", "warning", "KEY0003", 3, None),
     ]
     (summary,) = rows_of(output, "run_summary", "now")
-    assert (summary["anomalies_info"], summary["anomalies_warning"]) == (0, 1)
+    assert (summary["anomalies_info"], summary["anomalies_warning"]) == (1, 1)
     assert summary["anomalies_critical"] == 3
+    assert summary["settled_discards"] == 1
     # Everything is written before the exit code: the offsets table is committed too.
     assert len(rows_of(output, "consume_offsets", "now")) == 2
     assert "  recheck_of_resolved (critical): 1 (broker-a queue 0: 1)" in captured.out
     assert "  stalled_offset (critical): 2 (broker-a queue 0: 2)" in captured.out
     assert "  system_topic_or_delay (warning): 1 (broker-a queue 0: 1)" in captured.out
+    assert "  settled_discards (info): 1 (broker-a queue 0: 1)" in captured.out
     assert captured.err.strip().splitlines()[-1].startswith("fail-on: 3 anomalies of severity")
     # The earlier runs had no stalled offset (nor the op, stored 50 s before T). A rerun of
     # a run id does not take itself for history: test_earlier_offsets_count_reruns_of_one_t_once.

@@ -30,7 +30,10 @@ def offsets(broker: str, topic: str, committed: int | None, safe: int | None) ->
 
 
 def test_urgent_first_then_the_offsets_to_install_with_the_command() -> None:
-    rows = [summary("b", discard_next_round=2, past_last_check=1), summary("a", discard_expired=4)]
+    rows = [
+        summary("b", discard_next_round=2, past_last_check=1),
+        summary("a", discard_expired=4, settled_discards=3),
+    ]
     moves = [offsets("a", HALF, 10, 10), offsets("a", OP, 3, 3)]
     moves += [offsets("b", HALF, 26, 31), offsets("b", OP, None, 6)]
 
@@ -40,8 +43,10 @@ def test_urgent_first_then_the_offsets_to_install_with_the_command() -> None:
         "2 pending transaction(s) are discarded by the next round (in 30000 ms at the earliest)"
         " if nobody answers (b queue 0: 2); pending rows by discard_at_ms",
         "1 check request(s) are the last before a discard: the counter reached check_max"
-        " (b queue 0: 1); check_requests with checks_left = 0",
-        "4 transaction(s) discarded this round: table discards",
+        " (b queue 0: 1); check_requests with checks_left = 0 and really_pending",
+        "4 transaction(s) discarded this round: table discards, really_pending",
+        "3 discard(s) of the broker's round are re-discards of transactions an op record"
+        " already settled (a queue 0: 3): harmless; discards with really_pending = false",
         f"offsets to install into stopped broker b: {HALF} queue 0 26 -> 31, {OP} queue 0 None -> 6:"
         " python -m jobs.offsets install out/offset_fragments/b/consumerOffset.safe.json"
         " --into <its store>/config/consumerOffset.json",
@@ -68,7 +73,7 @@ def test_the_printed_summary_echoes_the_settings_before_the_attention_lines() ->
     )
     assert lines[2:4] == [
         "needs attention first:",
-        "  1 transaction(s) discarded this round: table discards",
+        "  1 transaction(s) discarded this round: table discards, really_pending",
     ]
 
 

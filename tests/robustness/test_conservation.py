@@ -119,6 +119,24 @@ def outcome(spark, tmp_path_factory):
     return code, base, tables
 
 
+def _really_pending_actions(tables, broker, queue_id, from_h0, resolved) -> dict[str, list]:
+    """Per table (check_requests, discards), the half offsets of the broker's actions on
+    really pending stored records; every other row must be a settled transaction's (the op
+    that settled it named) or a copy of this round."""
+    of_queue = {}
+    for table in ("check_requests", "discards"):
+        rows = [r for r in tables[table] if r["broker"] == broker and r["queue_id"] == queue_id]
+        for r in rows:
+            assert r["really_pending"] == (r["settled_by_op_offset"] is None), r
+            if not r["own_copy"]:
+                assert r["half_offset"] in from_h0, r
+                assert r["really_pending"] == (r["half_offset"] not in resolved), r
+        of_queue[table] = sorted(
+            r["half_offset"] for r in rows if r["really_pending"] and not r["own_copy"]
+        )
+    return of_queue
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("broker", sorted(BROKERS))
 def test_every_half_record_from_h0_is_resolved_or_pending_exactly_once(outcome, broker):
@@ -163,15 +181,9 @@ def test_every_half_record_from_h0_is_resolved_or_pending_exactly_once(outcome, 
             == len(in_round) + s["too_young"] + s["not_reached"]
         )
         assert s["bad_records"] == 0
-        # check_requests and discards are the pending rows of those classes
-        of_queue = {
-            table: sorted(
-                r["half_offset"]
-                for r in tables[table]
-                if r["broker"] == broker and r["queue_id"] == queue_id
-            )
-            for table in ("check_requests", "discards")
-        }
+        # check_requests and discards are the broker's round: its actions on really pending
+        # stored records are the pending rows of those classes.
+        of_queue = _really_pending_actions(tables, broker, queue_id, from_h0, resolved)
         assert of_queue["check_requests"] == sorted(o for o in offsets if status[o] == "check")
         assert of_queue["discards"] == sorted(
             o for o in offsets if status[o].startswith("discard_")

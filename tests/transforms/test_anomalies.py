@@ -257,7 +257,21 @@ def test_recheck_of_resolved_names_the_brokers_action(
                 15.0,
                 15.0,
                 RECHECK % (1, discards, 15),
-            )
+            ),
+            # The same discard counted per queue: the broker's re-discard of a settled one.
+            (
+                "settled_discards",
+                "info",
+                None,
+                None,
+                None,
+                None,
+                1.0,
+                0.0,
+                "1 discard(s) of the broker's next round are re-discards of transactions an op"
+                " record already settled (table discards, really_pending = false): harmless,"
+                " though the broker writes them to TRANS_CHECK_MAX_TIME_TOPIC again",
+            ),
         ],
     )
     assert_found(spark, anomalies, "recheck-none", [])
@@ -384,10 +398,10 @@ def test_system_topic_or_delay_once_per_transaction(
 def test_run_summary_counts_anomalies_by_severity(
     spark: SparkSession, round_out: dict[str, DataFrame]
 ) -> None:
-    """Counted per queue from the round's anomalies: recheck-discard has one critical, the
-    systopic rows are four warnings, immunity-none has none."""
+    """Counted per queue from the round's anomalies: recheck-discard has one critical and
+    one info (the re-discard), the systopic rows are four warnings, immunity-none has none."""
     expected = spark.createDataFrame(
-        [("immunity-none", 0, 0, 0, 0), ("recheck-discard", 0, 0, 0, 1), ("systopic", 0, 0, 4, 0)],
+        [("immunity-none", 0, 0, 0, 0), ("recheck-discard", 0, 1, 0, 1), ("systopic", 0, 0, 4, 0)],
         "broker STRING, queue_id INT, anomalies_info BIGINT, anomalies_warning BIGINT,"
         " anomalies_critical BIGINT",
     )

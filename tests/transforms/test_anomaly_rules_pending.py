@@ -14,6 +14,7 @@ from transforms.anomaly_rules.pending import (
     immunity_exhausts_checks,
     recheck_of_resolved,
     system_topic_or_delay,
+    unparsable_immunity,
 )
 
 S = 1_000
@@ -154,6 +155,41 @@ def test_system_topic_or_delay_once_per_transaction(spark: SparkSession) -> None
             ("b", 0, "system_topic_or_delay", "warning", key, "PG", offset, None, None, None,
              f"half offset {offset}: {text}{TAIL}")
             for (key, offset), text in why.items()
+        ],
+        ANOMALY,
+    )  # fmt: skip
+    assert_df_equality(found, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+UNPARSABLE = (
+    'half offset 0: CHECK_IMMUNITY_TIME_IN_SECONDS "%s" is not a whole number of seconds;'
+    " the broker reads the transaction timeout (6000 ms) instead"
+)
+
+
+def test_unparsable_immunity_is_a_finding_per_pending_record(spark: SparkSession) -> None:
+    """Immunities "1e3" and "60s" do not parse as a long (the broker's ``getLong`` gives -1): each
+    pending record carrying one is a finding, its value the immunity the round applied.
+    Non-cases: a parsed immunity, "-1" (the broker's own "not set"), no property."""
+    pending = spark.createDataFrame(
+        [
+            ("exponent", 0, 0, "I", "PG", None, "1e3", 6_000, 1 * S, IMMUNE),
+            ("suffix", 0, 0, "I", "PG", 2, "60s", 6_000, 9 * S, CHECK),
+            ("parsed", 0, 0, "I", "PG", None, "60", 60_000, 1 * S, IMMUNE),
+            ("not-set", 0, 0, "I", "PG", None, "-1", 6_000, 1 * S, IMMUNE),
+            ("absent", 0, 0, "I", "PG", None, None, 6_000, 9 * S, CHECK),
+        ],
+        PENDING_DDL,
+    )
+
+    found = unparsable_immunity(pending, params())
+
+    expected = spark.createDataFrame(
+        [
+            ("exponent", 0, "unparsable_immunity", "warning", "I", "PG", 0, None, 6_000.0, None,
+             UNPARSABLE % "1e3"),
+            ("suffix", 0, "unparsable_immunity", "warning", "I", "PG", 0, None, 6_000.0, None,
+             UNPARSABLE % "60s"),
         ],
         ANOMALY,
     )  # fmt: skip

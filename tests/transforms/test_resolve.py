@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from transforms.resolve import (
     resolved_transactions,
     transaction_records,
-    unresolved_half,
+    with_settled_by,
     with_transaction_key,
 )
 
@@ -71,10 +71,20 @@ def test_resolved_transactions_of_some_records_settles_only_theirs(
     assert_df_equality(got, _keys(spark, ["K2"]), ignore_row_order=True, ignore_nullable=True)
 
 
-def test_unresolved_half_drops_every_record_of_a_resolved_transaction(
-    spark: SparkSession, half: DataFrame, named: DataFrame
+def test_with_settled_by_names_the_first_op_of_every_record_of_a_resolved_transaction(
+    spark: SparkSession, half: DataFrame
 ) -> None:
-    resolved = resolved_transactions(half, named)
-    got = unresolved_half(half, resolved).select("queue_id", "queue_offset")
-    expected = spark.createDataFrame([(0, 4), (0, 6), (1, 0)], "queue_id INT, queue_offset BIGINT")
-    assert_df_equality(got, expected, ignore_row_order=True)
+    named_by = spark.createDataFrame(
+        [("b", 0, 0, 7), ("b", 0, 0, 3), ("b", 0, 2, 8), ("b", 0, 5, 9), ("c", 1, 0, 1)],
+        "broker STRING, queue_id INT, half_offset BIGINT, op_offset BIGINT",
+    )
+    settling = resolved_transactions(half, named_by)
+    got = with_settled_by(half, settling).select("queue_id", "queue_offset", "settled_by_op_offset")
+    expected = spark.createDataFrame(
+        # K1 by the first op naming 0 (3, not 7); K2 through its original at 2 (rule 2 for
+        # the copy at 3); offset 5 alone; 4, 6 and queue 1's 0 are really pending.
+        [(0, 0, 3), (0, 1, 3), (0, 2, 8), (0, 3, 8), (0, 4, None), (0, 5, 9), (0, 6, None)]
+        + [(1, 0, None)],
+        "queue_id INT, queue_offset BIGINT, settled_by_op_offset BIGINT",
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)

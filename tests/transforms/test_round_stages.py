@@ -28,9 +28,10 @@ from transforms.round_stages import (
     records_from_h0_bound,
     round_bad_records,
     round_records,
+    settled_from_h0,
     status_facts,
     stop_facts,
-    unresolved_from_h0,
+    unresolved,
     with_statuses,
 )
 
@@ -103,7 +104,9 @@ def test_records_from_h0_are_bounded_by_the_half_end(spark: SparkSession) -> Non
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["broadcast", "shuffle"])
-def test_unresolved_from_h0_applies_rules_1_to_3(spark: SparkSession, small: bool) -> None:
+def test_settled_from_h0_names_the_first_op_that_settled_each_transaction(
+    spark: SparkSession, small: bool
+) -> None:
     half_rows = spark.createDataFrame(
         [
             ("b", 0, 0, "tx-a", None),  # named (rule 1): resolves its put-back copy at 4
@@ -115,24 +118,32 @@ def test_unresolved_from_h0_applies_rules_1_to_3(spark: SparkSession, small: boo
         f"{HALF_KEYS}, transaction_key STRING, prepared_queue_offset LONG",
     )
     op_items = spark.createDataFrame(
-        [("b", 0, 0), ("b", 0, 1), ("b", 0, None)],  # an unparsable item names nothing
-        "broker STRING, queue_id INT, half_offset LONG",
+        # Offset 0 named twice (the first op wins); an unparsable item names nothing.
+        [("b", 0, 0, 7), ("b", 0, 0, 3), ("b", 0, 1, 8), ("b", 0, None, 9)],
+        "broker STRING, queue_id INT, half_offset LONG, op_offset LONG",
     )
     from_h0 = half_rows.filter("queue_offset >= 4")
     expected = spark.createDataFrame(
-        [("b", 0, 6, "tx-d", None)],
-        f"{HALF_KEYS}, transaction_key STRING, prepared_queue_offset LONG",
+        [
+            ("b", 0, 4, "tx-a", None, 3),  # rule 3, through the record at 0
+            ("b", 0, 5, "tx-c", 1, 8),  # rule 2
+            ("b", 0, 6, "tx-d", None, None),
+        ],
+        f"{HALF_KEYS}, transaction_key STRING, prepared_queue_offset LONG, "
+        "settled_by_op_offset LONG",
     )
-    out = unresolved_from_h0(half_rows, op_items, from_h0, small=small)
+    out = settled_from_h0(half_rows, op_items, from_h0, small=small)
+    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
     # Given only the transactions from h0 (what the round passes), the same.
     linked = transaction_records(half_rows, from_h0, small=small)
+    settled = settled_from_h0(linked, op_items, from_h0, small=small)
+    assert_df_equality(settled, expected, ignore_row_order=True, ignore_nullable=True)
     assert_df_equality(
-        unresolved_from_h0(linked, op_items, from_h0, small=small),
-        expected,
+        unresolved(settled),
+        expected.filter("queue_offset = 6").drop("settled_by_op_offset"),
         ignore_row_order=True,
         ignore_nullable=True,
     )
-    assert_df_equality(out, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_classified_takes_the_first_class_that_applies(spark: SparkSession) -> None:

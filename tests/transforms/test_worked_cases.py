@@ -46,7 +46,7 @@ from tests.transforms.builders import (
     op,
     params,
 )
-from tests.transforms.collecting import local_outputs
+from tests.transforms.collecting import WITH_ANOMALIES, local_outputs
 from tests.transforms.worked_cases import CASES, S
 from transforms.outputs import reconcile
 
@@ -112,7 +112,7 @@ def worked(spark: SparkSession) -> Outputs:
         bad_input=reader_bad,
         materialize=SparkMaterializer(),
     )
-    return local_outputs(spark, out)
+    return local_outputs(spark, out, WITH_ANOMALIES)
 
 
 def of_broker(worked: Outputs, broker: str) -> Outputs:
@@ -147,11 +147,18 @@ def assert_round(spark: SparkSession, worked: Outputs, name: str) -> Outputs:
         "half_offset BIGINT, status STRING, check_times INT, immunity_ms BIGINT",
         case.pending,
     )
+    broker_view = "settled_by_op_offset BIGINT, own_copy BOOLEAN"
     assert_rows(
-        spark, out["check_requests"], "half_offset BIGINT, check_times INT", case.check_requests
+        spark,
+        out["check_requests"],
+        f"half_offset BIGINT, check_times INT, {broker_view}",
+        case.check_requests,
     )
     assert_rows(
-        spark, out["discards"], "half_offset BIGINT, reason STRING, check_times INT", case.discards
+        spark,
+        out["discards"],
+        f"half_offset BIGINT, reason STRING, check_times INT, {broker_view}",
+        case.discards,
     )
     assert_rows(
         spark,
@@ -255,17 +262,24 @@ def test_c08_immunity_zero_means_zero_ms_not_too_young(
     assert_round(spark, worked, "C08")
 
 
-def test_c09_unparsable_immunity_means_the_timeout_and_is_a_bad_record(
+def test_c09_unparsable_immunity_means_the_timeout_and_is_a_finding_not_a_bad_record(
     spark: SparkSession, worked: Outputs
 ) -> None:
+    """The broker reads "abc" as the transaction timeout too: the record takes part in the
+    round (no bad record, so nothing holds the queue), and the anomalies say so."""
     out = assert_round(spark, worked, "C09")
 
     assert_rows(
         spark,
-        out["bad_records"],
-        "broker STRING, source STRING, position BIGINT, topic STRING, queue_id INT, queue_offset BIGINT, run_id STRING, as_of_ms BIGINT",
-        [("C09", "commitlog/00000000000000000000", 1_000_000, HALF_TOPIC, 0, 0, RUN_ID, T)],
-    )
+        out["anomalies"],
+        "broker STRING, queue_id INT, kind STRING, severity STRING, half_offset BIGINT,"
+        " value DOUBLE, detail STRING",
+        [
+            ("C09", 0, "unparsable_immunity", "warning", 0, 6000.0,
+             'half offset 0: CHECK_IMMUNITY_TIME_IN_SECONDS "abc" is not a whole number of'
+             " seconds; the broker reads the transaction timeout (6000 ms) instead"),
+        ],
+    )  # fmt: skip
 
 
 def test_c10_resolved_then_too_young_and_an_op_naming_past_h1_is_not_done(
@@ -396,6 +410,9 @@ def test_a_check_request_row_carries_the_half_record_fields(
                     _utc(born),
                     _utc(born + 1),
                     _utc(T),
+                    True,  # really pending: no op record settled it
+                    None,
+                    False,  # a stored record, not a copy of this round
                     RUN_ID,
                     T,
                 )

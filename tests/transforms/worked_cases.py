@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.messages import HALF_TOPIC, PROP_IMMUNITY_SECONDS
 from schemas.outputs import (
     CHECK,
     DISCARD_CHECK_MAX,
@@ -40,7 +39,9 @@ class WorkedCase:
     ``offsets`` is ``(h0, h1, h_safe, p0, p1, p_safe)``; ``counts`` lists the non-zero class
     counts; ``bad`` lists ``(topic, queue_offset, reason kind)``; ``held``: the queue is
     held (section 5 *Offsets only move forward*), so h_safe, p_safe and the offsets it
-    proposes are null in the tables.
+    proposes are null in the tables. ``broker_only`` lists the broker's checks and discards
+    of no really pending record: ``(action, half_offset, check_times, settled_by_op_offset,
+    own_copy)`` (a settled transaction checked again, a copy of this round discarded).
     """
 
     records: list[dict[str, Any]]
@@ -51,23 +52,36 @@ class WorkedCase:
     bad: list[tuple[str, int, str]] = field(default_factory=list)
     warns: bool = False
     held: bool = False
+    broker_only: list[tuple[str, int, int | None, int | None, bool]] = field(default_factory=list)
 
     @property
     def committed_rows(self) -> list[tuple[str, str, int, int]]:
         return committed_rows(*self.committed)
 
     @property
-    def check_requests(self) -> list[tuple[int, int | None]]:
-        return [(offset, counter) for offset, status, counter, _ in self.pending if status == CHECK]
+    def check_requests(self) -> list[tuple[int, int | None, int | None, bool]]:
+        """``(half_offset, check_times, settled_by_op_offset, own_copy)``."""
+        return [
+            (offset, counter, settled, own)
+            for status, offset, counter, settled, own in self._broker_actions()
+            if status == CHECK
+        ]
 
     @property
-    def discards(self) -> list[tuple[int, str, int | None]]:
+    def discards(self) -> list[tuple[int, str, int | None, int | None, bool]]:
+        """``(half_offset, reason, check_times, settled_by_op_offset, own_copy)``."""
         reasons = {DISCARD_CHECK_MAX: REASON_CHECK_MAX, DISCARD_EXPIRED: REASON_EXPIRED}
         return [
-            (offset, reasons[status], counter)
-            for offset, status, counter, _ in self.pending
+            (offset, reasons[status], counter, settled, own)
+            for status, offset, counter, settled, own in self._broker_actions()
             if status in reasons
         ]
+
+    def _broker_actions(self) -> list[tuple[str, int, int | None, int | None, bool]]:
+        really_pending = [
+            (status, offset, counter, None, False) for offset, status, counter, _ in self.pending
+        ]
+        return really_pending + self.broker_only
 
 
 CASES: dict[str, WorkedCase] = {
@@ -102,6 +116,8 @@ CASES: dict[str, WorkedCase] = {
         offsets=(0, 1, 0, 0, 0, 0),
         pending=[(0, CHECK, 15, TIMEOUT)],
         counts={CHECK: 1},
+        # The broker reaches the check's copy (offset 1) in the same round: at the maximum.
+        broker_only=[(DISCARD_CHECK_MAX, 1, 15, None, True)],
     ),
     # 72 h + 1 ms: discard expired, counter 1; the discard bounds h_safe.
     "C05": WorkedCase(
@@ -143,15 +159,14 @@ CASES: dict[str, WorkedCase] = {
         pending=[(0, CHECK, 1, 0)],
         counts={CHECK: 1},
     ),
-    # 1 s with immunity "abc": immune (immunity 6000 ms), plus a bad record for the property.
+    # 1 s with immunity "abc": immune (immunity 6000 ms, as the broker reads it), no bad
+    # record (it takes part in the round) and so no hold: an unparsable_immunity finding.
     "C09": WorkedCase(
         records=[half(0, 1 * S, immunity="abc")],
         committed=(0, 0),
         offsets=(0, 1, 0, 0, 0, 0),
         pending=[(0, IMMUNE, 1, TIMEOUT)],
         counts={IMMUNE: 1},
-        bad=[(HALF_TOPIC, 0, PROP_IMMUNITY_SECONDS)],
-        held=True,  # the bad record lies at the committed offset
     ),
     # 5 resolved; 6 too_young; h1=6, p1=1 (op 1 names 7 >= h1).
     "C10": WorkedCase(
@@ -218,6 +233,8 @@ CASES: dict[str, WorkedCase] = {
         committed=(1, 1),
         offsets=(1, 2, 2, 1, 1, 1),
         counts={"resolved": 1},
+        # The broker loads no op below p0 = 1: it checks the settled copy again.
+        broker_only=[(CHECK, 1, 2, 0, False)],
     ),
     # 2 resolved by rule 3; h1=3, p1=1.
     "C18": WorkedCase(
@@ -230,6 +247,8 @@ CASES: dict[str, WorkedCase] = {
         committed=(2, 0),
         offsets=(2, 3, 3, 0, 1, 1),
         counts={"resolved": 1},
+        # The broker drops the op item below h0 = 2 and matches exact offsets only.
+        broker_only=[(CHECK, 2, 3, 0, False)],
     ),
     # 0 check; 1 too_young; 2 not_reached (a put-back copy keeps its old born time); h1=1.
     "C19": WorkedCase(

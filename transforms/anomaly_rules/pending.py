@@ -1,6 +1,7 @@
 """The anomaly rules over the pending records and the window's half records: what the
 broker checks, puts back or discards that it should not (``recheck_of_resolved``,
-``immunity_exhausts_checks`` and its past evidence ``discarded_without_check``), and the
+``immunity_exhausts_checks`` and its past evidence ``discarded_without_check``), the
+immunity it reads as the transaction timeout (``unparsable_immunity``), and the
 transactions it never delivers as sent (``system_topic_or_delay``)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from schemas.outputs import (
     RECHECK_OF_RESOLVED,
     SYSTEM_TOPIC_OR_DELAY,
     TOO_YOUNG,
+    UNPARSABLE_IMMUNITY,
     WARNING,
 )
 from transforms.anomaly_rules.evidence import (
@@ -34,6 +36,7 @@ from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY
 from transforms.ops import HALF_OFFSET, named_offsets
 from transforms.params import RoundParams
+from transforms.parsing import is_unparsable, parse_java_long
 from transforms.resolve import TRANSACTION
 
 # RocketMQ's reserved topic names (TopicValidator) and the prefix of its system topics.
@@ -188,6 +191,34 @@ def immunity_exhausts_checks(pending: DataFrame, params: RoundParams) -> DataFra
         F.lit(WARNING),
         left_ms,
         budget_ms,
+        detail,
+        uniq_key=F.col("uniq_key"),
+        producer_group=F.col("producer_group"),
+        half_offset=F.col("queue_offset"),
+    )
+
+
+def unparsable_immunity(pending: DataFrame, params: RoundParams) -> DataFrame:
+    """Pending records whose ``CHECK_IMMUNITY_TIME_IN_SECONDS`` does not parse as a long
+    (``1e3``, ``60s``): the broker reads it as the transaction timeout (its ``getLong``
+    gives -1), and so does the round (spec section 5), so the record takes part in the
+    round; but the immunity its producer asked for is not the one it gets. Resolved
+    records and records before h0 are no finding: no round reads their immunity again."""
+    raw = F.col("immunity_raw")
+    unparsable = is_unparsable(raw, parse_java_long(raw))
+    detail = F.format_string(
+        'half offset %d: CHECK_IMMUNITY_TIME_IN_SECONDS "%s" is not a whole number of'
+        " seconds; the broker reads the transaction timeout (%d ms) instead",
+        F.col("queue_offset"),
+        F.substring(raw, 1, 64),
+        F.lit(params.transaction_timeout_ms),
+    )
+    return finding(
+        pending.filter(unparsable),
+        UNPARSABLE_IMMUNITY,
+        F.lit(WARNING),
+        F.col("immunity_ms"),
+        F.lit(None),
         detail,
         uniq_key=F.col("uniq_key"),
         producer_group=F.col("producer_group"),
