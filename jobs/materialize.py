@@ -141,9 +141,11 @@ class SparkMaterializer:
         The checkpoint keeps the frame's column identities, so a later join of it with
         what it was made from (the discard rows with their transactions' half records)
         would name the same columns on both sides, which Spark cannot always tell apart:
-        its columns are renamed to themselves, which gives them identities of their own."""
+        its columns are renamed to themselves, which gives them identities of their own.
+        Their names are the held frame's own: through Spark Connect, asking ``frame`` would
+        have the server analyse its whole plan again."""
         held = frame.localCheckpoint(eager=False, storageLevel=STORAGE)
-        return held.toDF(*frame.columns)
+        return held.toDF(*held.columns)
 
     def kept(self, frame: DataFrame) -> DataFrame:
         """A frame filtered down to a few records that several stages read: held like
