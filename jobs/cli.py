@@ -45,6 +45,7 @@ CONFIG_FLAGS = (
     "strict",
     "include_body",
     "verify_crc",
+    "mirror",
     "as_of",
     "master",
     "remote",
@@ -133,6 +134,18 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="store_const",
         const=True,
         help="check each record's body CRC (store input)",
+    )
+    parser.add_argument(
+        "--mirror",
+        action="store_const",
+        const=True,
+        help="read the stores through their mirror under the output root: decode only what"
+        " they appended since the last run (docs/spec/reconcile.md section 10)",
+    )
+    parser.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="with the mirror: read every store of the run whole again into it",
     )
     parser.add_argument(
         "--writer",
@@ -310,6 +323,7 @@ def request_from(args: argparse.Namespace, config: JobConfig) -> JobRequest:
         discards=args.discards,
         run_id=args.run_id,
         verbose=args.verbose,
+        rebuild=args.rebuild,
     )
 
 

@@ -40,6 +40,7 @@ class JobConfig:
     include_body: bool
     strict: bool
     verify_crc: bool
+    mirror: bool  # read stores through their mirror under the output root
     master: str
     remote: str  # a Spark Connect server's URL (sc://HOST:PORT); empty: SPARK_REMOTE or master
     shuffle_partitions: int

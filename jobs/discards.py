@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from connectors.mirror import MirrorRequest
 from connectors.rocketmq.discards import (
     DiscardSource,
     RealQueue,
@@ -56,6 +57,7 @@ class DiscardHistory:
     bad_records: DataFrame
     notes: list[str]
     release: Callable[[], None]
+    mirror_lines: list[str]  # what the read through the discard topic's mirror printed
 
 
 def _named_queues(
@@ -149,7 +151,7 @@ def build_discard_history(
         read.release()
 
     notes = [*read.notes, *unread_queue_notes(named, queues)]
-    return DiscardHistory(history, unchecked, bad, notes, release)
+    return DiscardHistory(history, unchecked, bad, notes, release, read.mirror_lines)
 
 
 def outcome_counts(history: DataFrame) -> DataFrame:
@@ -180,11 +182,16 @@ def summary_lines(
 
 
 def discard_source(
-    stores: Sequence[str], path: str | None, fmt: str | None, broker: str | None
+    stores: Sequence[str],
+    path: str | None,
+    fmt: str | None,
+    broker: str | None,
+    mirror: MirrorRequest | None = None,
 ) -> DiscardSource:
-    """Where a run's discard records are: the stores, else the ``--discards`` export."""
+    """Where a run's discard records are: the stores (through their mirror when asked),
+    else the ``--discards`` export."""
     if stores:
-        return DiscardSource(stores=tuple(stores))
+        return DiscardSource(stores=tuple(stores), mirror=mirror)
     return DiscardSource(path=path, fmt=fmt, broker=broker)
 
 

@@ -15,9 +15,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.errors import InputError
+from connectors.mirror import RECORDS, MirrorRequest, mirror_lines, read_through_mirror
 from connectors.rocketmq.offsets_file import committed_rows, read_consumer_offsets
 from connectors.rocketmq.probe import StoreTimes, transaction_times
-from connectors.rocketmq.reader import StorePlan, StoreSpec, parse_store_arg, read_stores
+from connectors.rocketmq.reader import (
+    StorePlan,
+    StoreSpec,
+    parse_store_arg,
+    plan_stores,
+    read_options,
+    read_stores,
+)
 from connectors.segments import read_segments
 from jobs.config import JobConfig
 from schemas.messages import COMMITTED_OFFSET
@@ -276,6 +284,8 @@ class Inputs:
     offsets_files: tuple[tuple[str, str, str | None], ...] = ()
     # No record's queue offset can repeat (the store reader's, usually): no duplicate check.
     offsets_unique: bool = False
+    # What a read through the mirror prints (``mirror_lines``).
+    mirror_lines: tuple[str, ...] = ()
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -295,20 +305,39 @@ class Inputs:
 
 
 def read_store_inputs(
-    spark: SparkSession, stores: Sequence[str], config: JobConfig, plan: StorePlan | None = None
+    spark: SparkSession,
+    stores: Sequence[str],
+    config: JobConfig,
+    plan: StorePlan | None = None,
+    mirror: MirrorRequest | None = None,
 ) -> Inputs:
     """The records of broker stores (``[NAME=]DIR`` each), the job's lean columns. ``plan``:
     the stores' plan made before the session started (``jobs.progress.planned_read``), so
-    that they are not planned again."""
+    that they are not planned again. ``mirror``: read through the store's mirror
+    (``connectors.mirror``); its lines are the inputs' ``mirror_lines``."""
     specs = [parse_store_arg(arg) for arg in stores]
-    read = read_stores(
-        spark,
-        specs,
-        verify_crc=config.verify_crc,
-        include_half_body=config.include_body,
-        lean=True,
-        plan=plan,
-    )
+    lines: tuple[str, ...] = ()
+    if mirror is None:
+        read = read_stores(
+            spark,
+            specs,
+            verify_crc=config.verify_crc,
+            include_half_body=config.include_body,
+            lean=True,
+            plan=plan,
+        )
+    else:
+        options = read_options(
+            verify_crc=config.verify_crc, include_half_body=config.include_body, lean=True
+        )
+        read, extension = read_through_mirror(
+            spark,
+            plan if plan is not None else plan_stores(specs),
+            {spec.broker: spec.root for spec in specs},
+            options,
+            mirror,
+        )
+        lines = tuple(mirror_lines(extension, mirror, RECORDS))
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
     return Inputs(
@@ -320,6 +349,7 @@ def read_store_inputs(
         read.unpersist,
         read.offsets_files,
         read.offsets_unique,
+        lines,
     )
 
 

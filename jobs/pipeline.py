@@ -107,6 +107,7 @@ class Reconciled:
     identity: list[str]  # every input, as run_summary's ``inputs`` names them
     history_release: Callable[[], None]  # frees what the discard history cached
     inputs_release: Callable[[], None]  # frees what the read cached
+    mirror_lines: tuple[str, ...] = ()  # what the discard topic's read through its mirror says
 
     def release(self) -> None:
         """Free every cache of the run, the latest first (Spark re-plans every cached
@@ -168,4 +169,12 @@ def with_discards_and_history(
         )
 
     identity = [*inputs.identity, *discard_inputs(discards)]
-    return Reconciled(state, extras, history.notes, identity, history.release, inputs.unpersist)
+    return Reconciled(
+        state,
+        extras,
+        history.notes,
+        identity,
+        history.release,
+        inputs.unpersist,
+        tuple(history.mirror_lines),
+    )

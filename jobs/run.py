@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from connectors.delta_commit import local_root
 from connectors.errors import InputError
+from connectors.mirror import MirrorRequest
 from connectors.rocketmq.reader import StorePlan, parse_store_arg
 from jobs import interrupt
 from jobs.anomalies import EXIT_ANOMALIES, anomaly_counts, failing
@@ -84,6 +86,7 @@ class JobRequest:
     discards: str | None = None  # exported TRANS_CHECK_MAX_TIME_TOPIC records (segments only)
     run_id: str | None = None
     verbose: bool = False
+    rebuild: bool = False  # read every store whole again into the mirror (implies it)
     # What ``auto`` chose and why (``jobs.extract.settle_as_of``; ``as_of`` is then its
     # mode); None when T was given explicitly.
     as_of_choice: AsOfChoice | None = None
@@ -167,15 +170,38 @@ def start_session(
     return spark
 
 
+def mirror_request(request: JobRequest, config: JobConfig) -> MirrorRequest | None:
+    """Whether the run reads its stores through the mirror (``--mirror``, ``--rebuild``),
+    and where it is: under a local output root (InputError for another, exit 2)."""
+    if not request.stores or not (config.mirror or request.rebuild):
+        return None
+    root = local_root(request.output)
+    if root is None:
+        raise InputError(
+            f"--output {request.output}: the mirror needs a local output root (or storage"
+            " mounted as one); run without --mirror/--rebuild"
+        )
+    return MirrorRequest(root.resolve(), request.rebuild)
+
+
 def read_phase(
-    spark: SparkSession, request: JobRequest, config: JobConfig, plan: StorePlan | None = None
+    spark: SparkSession,
+    request: JobRequest,
+    config: JobConfig,
+    plan: StorePlan | None = None,
+    progress: Progress | None = None,
 ) -> Inputs:
     """Plan the read of the stores (or use ``plan``, made for the progress line) or the
     segments; their records are decoded once, by the round's first query, and cached for
-    the rest of the run."""
+    the rest of the run. Through the mirror, its new records are decoded into it first."""
     _phase(spark, "decode")
     if request.stores:
-        return read_store_inputs(spark, request.stores, config, plan)
+        inputs = read_store_inputs(
+            spark, request.stores, config, plan, mirror_request(request, config)
+        )
+        for line in inputs.mirror_lines:
+            (progress or write_stderr)(line)
+        return inputs
     assert request.half and request.op and request.fmt and request.broker  # validated
     inputs = read_segment_inputs(
         spark, request.half, request.op, request.fmt, request.broker, request.offsets
@@ -228,12 +254,21 @@ def discard_phase(
     state: RoundState,
     request: JobRequest,
     config: JobConfig,
+    progress: Progress | None = None,
 ) -> Reconciled:
     """The discard history (a small read of its own beside the round) and what the output
     root's earlier runs carry over; ``--strict`` fails on a bad discard record too."""
     _phase(spark, "discard history")
-    source = discard_source(request.stores, request.discards, request.fmt, request.broker)
+    source = discard_source(
+        request.stores,
+        request.discards,
+        request.fmt,
+        request.broker,
+        mirror_request(request, config),
+    )
     reconciled = with_discards_and_history(spark, inputs, state, config, source, request.output)
+    for line in reconciled.mirror_lines:
+        (progress or write_stderr)(line)
     if config.strict:
         bad = reconciled.extras.discard_bad_records
         assert bad is not None  # the pipeline always reads the discard records
@@ -330,11 +365,11 @@ def _run_phases(
     # Released on failure too: a notebook or a test session runs the job again, and every
     # cached frame left behind fills the executors.
     with contextlib.ExitStack() as cached:
-        inputs = read_phase(spark, request, config, plan)
+        inputs = read_phase(spark, request, config, plan, progress)
         cached.callback(inputs.unpersist)
         state = round_phase(spark, inputs, request, config, progress)
         cached.callback(state.materialize.release)
-        reconciled = discard_phase(spark, inputs, state, request, config)
+        reconciled = discard_phase(spark, inputs, state, request, config, progress)
         cached.callback(reconciled.history_release)
         written, severe = write_phase(
             spark, reconciled, request, config, started, progress, after_commit

@@ -21,9 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from connectors.mirror import DISCARDS, MirrorRequest, mirror_lines, read_through_mirror
 from connectors.rocketmq.layout import topic_folder, topic_path_problem
 from connectors.rocketmq.offset_filter import OffsetFilter, filter_batches
-from connectors.rocketmq.reader import parse_store_arg, read_stores
+from connectors.rocketmq.reader import parse_store_arg, plan_stores, read_options, read_stores
 from connectors.segments import read_discard_segments
 from schemas.messages import COMMIT_MESSAGE, DISCARD_TOPIC, SOURCED_MESSAGE
 from schemas.outputs import BAD_RECORD
@@ -48,6 +49,7 @@ class DiscardSource:
     path: str | None = None
     fmt: str | None = None
     broker: str | None = None
+    mirror: MirrorRequest | None = None  # read the stores' discard topic through its mirror
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class DiscardRead:
     bad_records: DataFrame
     notes: list[str] = field(default_factory=list)
     release: Callable[[], None] = lambda: None
+    mirror_lines: list[str] = field(default_factory=list)  # ``connectors.mirror.mirror_lines``
 
 
 def read_discards(spark: SparkSession, source: DiscardSource, verify_crc: bool) -> DiscardRead:
@@ -66,9 +69,19 @@ def read_discards(spark: SparkSession, source: DiscardSource, verify_crc: bool) 
     export."""
     if source.stores:
         specs = [parse_store_arg(arg) for arg in source.stores]
-        read = read_stores(spark, specs, verify_crc=verify_crc, topics=(DISCARD_TOPIC,))
+        lines: list[str] = []
+        if source.mirror is None:
+            read = read_stores(spark, specs, verify_crc=verify_crc, topics=(DISCARD_TOPIC,))
+        else:
+            roots = {spec.broker: spec.root for spec in specs}
+            plan = plan_stores(specs, (DISCARD_TOPIC,))
+            options = read_options(verify_crc=verify_crc)
+            read, extension = read_through_mirror(
+                spark, plan, roots, options, source.mirror, DISCARDS
+            )
+            lines = mirror_lines(extension, source.mirror, DISCARDS)
         notes = [f"{broker}: {text}" for broker, _, text in read.notes]
-        return DiscardRead(read.messages, read.bad_records, notes, read.unpersist)
+        return DiscardRead(read.messages, read.bad_records, notes, read.unpersist, lines)
     if source.path is None:
         empty = spark.createDataFrame([], SOURCED_MESSAGE)
         return DiscardRead(empty, spark.createDataFrame([], BAD_RECORD), [])

@@ -139,7 +139,7 @@ def entry_at(root: Path, topic: str, queue_id: int, index: int) -> tuple[int, in
 
 
 @dataclass
-class _CommitLog:
+class CommitLogHeads:
     """A store's commit-log files, each mapped read-only once and only when a record in it
     is read."""
 
@@ -148,7 +148,7 @@ class _CommitLog:
     mapped: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, root: Path) -> _CommitLog:
+    def of(cls, root: Path) -> CommitLogHeads:
         return cls(root, list_commitlog(root)[0])
 
     def head(self, offset: int) -> RecordHead | None:
@@ -177,7 +177,7 @@ def record_head(root: Path, commitlog_offset: int) -> RecordHead | None:
     """The fixed fields of the record at ``commitlog_offset``; None when no readable record
     starts there (no commit-log file holds it, truncated, bad magic, sizes that do not add
     up, a physical offset field naming another place)."""
-    return _CommitLog.of(root).head(commitlog_offset)
+    return CommitLogHeads.of(root).head(commitlog_offset)
 
 
 def _bisect(readable: Callable[[int], bool], good: int, bad: int) -> int:
@@ -221,10 +221,22 @@ def _readable_ends(first: int, end: int, readable: Callable[[int], bool]) -> tup
 _Ends = tuple[RecordHead | None, RecordHead | None, int]
 
 
-def _queue_ends(root: Path, log: _CommitLog, topic: str, queue_id: int) -> _Ends | None:
-    """The records at the queue's first and last readable entries and how many entries
-    follow the last one (None, None and the whole span when no entry tried is readable,
-    unless the queue expired whole); None for a queue with no entry."""
+@dataclass(frozen=True)
+class QueueBounds:
+    """Where a queue's readable records are: ``span`` is its (first, end) entry indexes
+    (``queue_span``), ``readable`` the (first, last) entry indexes that hold a record of
+    the queue, None when none of the entries tried does; ``heads`` the records there."""
+
+    span: tuple[int, int]
+    readable: tuple[int, int] | None
+    heads: tuple[RecordHead, RecordHead] | None
+    expired: bool  # no entry readable because the commit log below it expired whole
+
+
+def queue_bounds(root: Path, log: CommitLogHeads, topic: str, queue_id: int) -> QueueBounds | None:
+    """The queue's span and its first and last readable entries (``_readable_ends``: a few
+    reads from each end, a bisection when an end is unreadable); None for a queue with no
+    entry."""
     span = queue_span(root, topic, queue_id)
     if span is None or span[0] >= span[1]:
         return None
@@ -245,8 +257,23 @@ def _queue_ends(root: Path, log: _CommitLog, topic: str, queue_id: int) -> _Ends
         # broker's retention at work, not an unreadable tail.
         last = _entry(files, span[1] - 1)
         expired = last is not None and bool(log.files) and last[0] < log.files[0].start
-        return None, None, 0 if expired else span[1] - span[0]
-    return heads[ends[0]], heads[ends[1]], span[1] - 1 - ends[1]
+        return QueueBounds(span, None, None, expired)
+    low, high = heads[ends[0]], heads[ends[1]]
+    assert low is not None and high is not None  # _readable_ends returns readable indexes
+    return QueueBounds(span, ends, (low, high), False)
+
+
+def _queue_ends(root: Path, log: CommitLogHeads, topic: str, queue_id: int) -> _Ends | None:
+    """The records at the queue's first and last readable entries and how many entries
+    follow the last one (None, None and the whole span when no entry tried is readable,
+    unless the queue expired whole); None for a queue with no entry."""
+    bounds = queue_bounds(root, log, topic, queue_id)
+    if bounds is None:
+        return None
+    first, end = bounds.span
+    if bounds.readable is None or bounds.heads is None:
+        return None, None, 0 if bounds.expired else end - first
+    return bounds.heads[0], bounds.heads[1], end - 1 - bounds.readable[1]
 
 
 def _transaction_queues(root: Path) -> list[tuple[str, int]]:
@@ -264,7 +291,7 @@ def transaction_times(root: Path) -> StoreTimes:
     queue's first and last readable entries (a handful of reads per queue, read-only). An
     entry is readable when a record of its topic and queue starts where it points; a queue
     none of whose entries tried is readable counts whole in ``unreadable_tail``."""
-    log = _CommitLog.of(root)
+    log = CommitLogHeads.of(root)
     oldest: list[int] = []
     newest: list[int] = []
     unreadable = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyspark import StorageLevel
@@ -104,6 +104,7 @@ __all__ = [
     "StoreRead",
     "StoreSpec",
     "Unit",
+    "decode_units",
     "in_log_order",
     "list_commitlog",
     "offset_unique_flag",
@@ -112,10 +113,12 @@ __all__ = [
     "plan_store",
     "plan_stores",
     "read_batches",
+    "read_options",
     "read_stores",
     "run_queue_unit",
     "run_scan_unit",
     "run_unit",
+    "split_read",
     "split_units",
     "task_size",
     "unique_offset_queues",
@@ -299,23 +302,44 @@ def read_stores(
     the same broker name, or a malformed ``config/consumerOffset.json``."""
     if plan is None:
         plan = plan_stores(stores, tuple(topics), only_queues)
-    size = task_size(plan.units, default_parallelism(spark))
-    # In commit-log order: the queues' records lie among each other's over the whole log.
-    tasks = pack_tasks(in_log_order(split_units(plan.units, size)), size)
-    options = ReadOptions(
-        verify_crc=verify_crc,
-        body_topics=None if include_half_body else (OP_TOPIC,),
-        lean=lean,
+    options = replace(
+        read_options(verify_crc=verify_crc, include_half_body=include_half_body, lean=lean),
         commits_only=commits_only,
         commit_filters=None if commit_filters is None else tuple(sorted(commit_filters.items())),
     )
+    combined = decode_units(spark, plan.units, options)
+    return split_read(spark, plan, options, combined.persist(StorageLevel.MEMORY_AND_DISK))
+
+
+def read_options(
+    *, verify_crc: bool = False, include_half_body: bool = False, lean: bool = False
+) -> ReadOptions:
+    """The decode options of a read of the half and op queues (``read_stores``)."""
+    return ReadOptions(
+        verify_crc=verify_crc, body_topics=None if include_half_body else (OP_TOPIC,), lean=lean
+    )
+
+
+def decode_units(spark: SparkSession, units: Sequence[Unit], options: ReadOptions) -> DataFrame:
+    """The combined rows (records and bad records, ``_schemas``) of ``units``, decoded by
+    one Spark job's tasks (module docstring); nothing is decoded until a query reads it."""
+    size = task_size(units, default_parallelism(spark))
+    # In commit-log order: the queues' records lie among each other's over the whole log.
+    tasks = pack_tasks(in_log_order(split_units(units, size)), size)
     ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
-    combined_schema, message_schema = _schemas(options)
-    combined = ranges.mapInArrow(functools.partial(read_tasks, tasks, options), combined_schema)
-    combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
+    combined_schema, _ = _schemas(options)
+    return ranges.mapInArrow(functools.partial(read_tasks, tasks, options), combined_schema)
+
+
+def split_read(
+    spark: SparkSession, plan: StorePlan, options: ReadOptions, combined: DataFrame
+) -> StoreRead:
+    """The read of ``plan``'s stores from their ``combined`` rows (held by the caller):
+    readable records in the message schema of ``options``, bad records, committed offsets."""
+    _, message_schema = _schemas(options)
     # The lean records are the round's input contract: what it reads, and whether each
     # record's queue offset can repeat (``transforms.round_stages.OFFSET_UNIQUE``).
-    flag = [offset_unique_flag(plan.units).alias(OFFSET_UNIQUE)] if lean else []
+    flag = [offset_unique_flag(plan.units).alias(OFFSET_UNIQUE)] if options.lean else []
     columns = [
         restored_transaction_id() if name == TRANSACTION_ID else F.col(name)
         for name in message_schema.fieldNames()
@@ -330,5 +354,5 @@ def read_stores(
         notes=plan.notes,
         combined=combined,
         offsets_files=tuple(plan.offsets_files),
-        offsets_unique=lean and all_offsets_unique(plan.units),
+        offsets_unique=options.lean and all_offsets_unique(plan.units),
     )

@@ -1,0 +1,394 @@
+"""The store's mirror (docs/spec/reconcile.md section 10): the decoded half and op records of
+every queue read through its consume queue, kept as a Delta table under the output root
+(``mirror_records``, partitioned by broker and topic), so that a record is decoded once in
+its life. A run decodes what the store appended since the last run
+(``connectors.rocketmq.mirror_plan``) into the mirror, then reads its rows back with a
+columnar scan.
+
+How far each queue was read, and what the store held there (the marks), is written in the
+metadata of the commit that adds the files: files and marks move together, so a run killed
+before or after the commit repeats cleanly. The whole extension (marks read, plan, decode,
+commit) holds the output root's commit lock: two runs on one root never decode the same
+entries twice. The mirror is written by delta-rs from the driver and needs a local output
+root (or storage mounted as one), like the delta-rs writer (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connectors.arrow import to_arrow_schema
+from connectors.delta_commit import TABLE_PROPERTIES, commit_lock
+from connectors.rocketmq.combined import ReadOptions
+from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
+from connectors.rocketmq.read_plan import Unit
+from connectors.rocketmq.reader import (
+    COMBINED,
+    LEAN_COMBINED,
+    StorePlan,
+    StoreRead,
+    decode_units,
+    split_read,
+)
+
+MIRROR_PARTITIONS = ("broker", "topic")
+# The commit metadata key that holds the marks (``MirrorState``), and their format.
+STATE_KEY = "rmq_txn_reconcile_mirror"
+STATE_FORMAT = 1
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class MirrorKind:
+    """One mirror table: its folder under the output root, the combined rows it holds
+    (records and bad records, as the reader decodes them) and what they are, in a line."""
+
+    table: str
+    schema: T.StructType
+    what: str
+
+    @property
+    def data_schema(self) -> T.StructType:
+        """The columns of its files (the partition columns are in the Delta log)."""
+        return T.StructType([f for f in self.schema.fields if f.name not in MIRROR_PARTITIONS])
+
+
+# The half and op records, in the round's lean columns; the discard topic's records, with
+# their properties (the discard history reads them whole).
+RECORDS = MirrorKind("mirror_records", LEAN_COMBINED, "half/op records")
+DISCARDS = MirrorKind("mirror_discards", COMBINED, "discard records")
+MIRROR_TABLE = RECORDS.table
+MIRROR_SCHEMA = RECORDS.schema
+
+
+def decode_settings(options: ReadOptions) -> dict[str, bool]:
+    """The read options that change a decoded row: a broker's mirror holds rows of one."""
+    return {"verify_crc": options.verify_crc, "half_body": options.body_topics is None}
+
+
+@dataclass(frozen=True)
+class BrokerMirror:
+    """One broker's part of the mirror's state: the settings its rows were decoded with
+    and its marks."""
+
+    settings: dict[str, bool]
+    marks: dict[tuple[str, int], QueueMark] = field(default_factory=dict)
+
+
+MirrorState = dict[str, BrokerMirror]
+
+
+def state_text(state: Mapping[str, BrokerMirror]) -> str:
+    """The state as the commit metadata holds it (JSON, sorted, one list per mark)."""
+    brokers = {
+        broker: {
+            "settings": part.settings,
+            "marks": [
+                [topic, queue_id, *asdict(mark).values()]
+                for (topic, queue_id), mark in sorted(part.marks.items())
+            ],
+        }
+        for broker, part in sorted(state.items())
+    }
+    return json.dumps({"format": STATE_FORMAT, "brokers": brokers}, sort_keys=True)
+
+
+def parse_state(text: str) -> MirrorState | None:
+    """``state_text`` read back; None for a format this release does not know."""
+    document = json.loads(text)
+    if document.get("format") != STATE_FORMAT:
+        return None
+    return {
+        broker: BrokerMirror(
+            dict(part["settings"]),
+            {(m[0], int(m[1])): QueueMark(*(int(v) for v in m[2:])) for m in part["marks"]},
+        )
+        for broker, part in document["brokers"].items()
+    }
+
+
+def load_state(path: Path) -> MirrorState | None:
+    """The state of the mirror at ``path``: ``{}`` when there is no mirror yet, None when
+    its newest commit carries no state this release can read (another tool committed to
+    it, or a newer release wrote it): every broker of the run is then read whole again."""
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return {}
+    if table.version() == 0:
+        return {}  # created, nothing committed into it yet
+    newest = table.history(1)[0]
+    text = newest.get(STATE_KEY)
+    return parse_state(text) if isinstance(text, str) else None
+
+
+def _folder(name: str, value: str) -> str:
+    """A partition folder: a safe, stable, readable name (Delta readers take the value from
+    the log, not from the path)."""
+    safe = _SAFE.sub("_", value)
+    if safe != value:
+        safe = f"{safe}-{uuid.uuid5(uuid.NAMESPACE_OID, value).hex[:8]}"
+    return f"{name}={safe}"
+
+
+@dataclass(frozen=True)
+class MirrorRequest:
+    """Read the stores through their mirror under the output root ``root`` (local);
+    ``rebuild``: read every store of the run whole again into it."""
+
+    root: Path
+    rebuild: bool = False
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What one run added to the mirror."""
+
+    plan: MirrorPlan
+    records: int  # rows decoded into the mirror (records and bad records)
+    committed: bool  # False: the decode could not place every row; read live instead
+
+
+class Mirror:
+    """The mirror under one output root (module docstring)."""
+
+    def __init__(self, spark: SparkSession, root: Path, kind: MirrorKind = RECORDS) -> None:
+        self.spark = spark
+        self.root = root
+        self.kind = kind
+        self.path = root / kind.table
+
+    def _ensure_table(self) -> None:
+        try:
+            DeltaTable(str(self.path))
+        except TableNotFoundError:
+            self.path.mkdir(parents=True, exist_ok=True)
+            DeltaTable.create(
+                str(self.path),
+                to_arrow_schema(self.kind.schema),
+                mode="ignore",
+                partition_by=list(MIRROR_PARTITIONS),
+                configuration=TABLE_PROPERTIES,
+            )
+
+    def extend(
+        self,
+        roots: Mapping[str, Path],
+        units: Sequence[Unit],
+        options: ReadOptions,
+        rebuild: Mapping[str, str],
+    ) -> Extension:
+        """Bring the mirror of the brokers of ``roots`` up to their stores: plan against its
+        marks (``plan_mirror``; ``rebuild``: brokers to read whole again, and why), decode
+        the new entries into Parquet files and commit them with the new marks."""
+        settings = decode_settings(options)
+        with commit_lock(str(self.root)):
+            self._ensure_table()
+            state = load_state(self.path)
+            rebuild = dict(rebuild)
+            for broker in roots:
+                if state is None:
+                    rebuild.setdefault(broker, "the mirror's state is unreadable")
+                elif broker in state and state[broker].settings != settings:
+                    rebuild.setdefault(broker, "the run decodes with other settings")
+            state = state or {}
+            marks = {
+                (broker, topic, queue_id): mark
+                for broker, part in state.items()
+                if broker in roots
+                for (topic, queue_id), mark in part.marks.items()
+            }
+            plan = plan_mirror(roots, units, marks, rebuild)
+            written, staging = self._decode(plan.extend, options)
+            if written.get("unplaced", 0):
+                shutil.rmtree(staging, ignore_errors=True)
+                live = MirrorPlan([], [*plan.live, *plan.extend], {}, {}, plan.rebuilt)
+                return Extension(live, 0, committed=False)
+            adds = self._place(staging)
+            new_state = dict(state)
+            for broker in roots:
+                new_state[broker] = BrokerMirror(
+                    settings,
+                    {(k[1], k[2]): m for k, m in plan.marks.items() if k[0] == broker},
+                )
+            # A broker the state does not know has no rows the marks account for (a
+            # first run, or a state that could not be read): its partition is replaced.
+            replaced = sorted(b for b in roots if b in plan.rebuilt or b not in state)
+            if adds or replaced or new_state != state:
+                self._commit(adds, replaced, new_state)
+        return Extension(plan, written.get("rows", 0), committed=True)
+
+    def _decode(self, units: Sequence[Unit], options: ReadOptions) -> tuple[dict[str, int], Path]:
+        """Decode ``units`` into Parquet files partitioned by broker and topic in a staging
+        folder of the table: (rows written, rows with no queue offset), the folder."""
+        staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
+        if not units:
+            return {"rows": 0, "unplaced": 0}, staging
+        decoded = decode_units(self.spark, units, options)
+        # A row without a queue offset (a consume-queue range that could not be read at
+        # all) cannot be placed in the mirror's ranges: the run reads those units live.
+        unplaced = F.col("reason").isNotNull() & F.col("queue_offset").isNull()
+        seen = Observation("mirror rows")
+        decoded.observe(
+            seen,
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(unplaced, True)).alias("unplaced"),
+        ).write.mode("error").partitionBy(*MIRROR_PARTITIONS).parquet(str(staging))
+        return dict(seen.get), staging
+
+    def _place(self, staging: Path) -> list[AddAction]:
+        """Move the staged files into the table's partition folders; their add actions."""
+        adds = []
+        for file in sorted(staging.glob("broker=*/topic=*/*.parquet")):
+            values = {
+                part.split("=", 1)[0]: unquote(part.split("=", 1)[1])
+                for part in (file.parent.parent.name, file.parent.name)
+            }
+            folder = (
+                self.path / _folder("broker", values["broker"]) / _folder("topic", values["topic"])
+            )
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"{staging.name}-{file.name}"
+            file.rename(target)
+            rows = pq.read_metadata(target).num_rows
+            stat = target.stat()
+            adds.append(
+                AddAction(
+                    path=target.relative_to(self.path).as_posix(),
+                    size=stat.st_size,
+                    partition_values=values,
+                    modification_time=int(stat.st_mtime * 1000),
+                    data_change=True,
+                    stats=json.dumps({"numRecords": rows}),
+                )
+            )
+        shutil.rmtree(staging, ignore_errors=True)
+        return adds
+
+    def _commit(
+        self, adds: Sequence[AddAction], replaced: Sequence[str], state: Mapping[str, BrokerMirror]
+    ) -> None:
+        """One commit: the files of ``adds`` with the new ``state``; the rows the brokers
+        of ``replaced`` had before are removed by it (Delta replaces their partitions,
+        appends to the others)."""
+        table = DeltaTable(str(self.path))
+        actions: list[AddAction | RemoveAction] = list(adds)
+        table.create_write_transaction(
+            actions,
+            mode="overwrite" if replaced else "append",
+            schema=table.schema(),
+            partition_by=list(MIRROR_PARTITIONS),
+            partition_filters=[("broker", "in", list(replaced))] if replaced else None,
+            commit_properties=CommitProperties(custom_metadata={STATE_KEY: state_text(state)}),
+        )
+
+    def rows(self, ranges: Mapping[QueueKey, tuple[int, int]]) -> DataFrame | None:
+        """The mirror's rows of ``ranges`` (per queue, the [first, end) queue offsets the
+        store still holds readable), in the kind's schema; None when there are none."""
+        actions = pa.table(DeltaTable(str(self.path)).get_add_actions(flatten=True))
+        files: dict[tuple[str, str], list[str]] = {}
+        for row in actions.select(["path", "partition.broker", "partition.topic"]).to_pylist():
+            key = (row["partition.broker"], row["partition.topic"])
+            files.setdefault(key, []).append(str(self.path / row["path"]))
+        frames = []
+        for (broker, topic), paths in sorted(files.items()):
+            wanted = _queue_ranges(
+                (key[2], span) for key, span in ranges.items() if key[:2] == (broker, topic)
+            )
+            if wanted is None:
+                continue
+            scanned = self.spark.read.schema(self.kind.data_schema).parquet(*paths)
+            frames.append(
+                scanned.where(wanted).select(
+                    *(
+                        F.lit(broker).alias(name)
+                        if name == "broker"
+                        else F.lit(topic).alias(name)
+                        if name == "topic"
+                        else F.col(name)
+                        for name in self.kind.schema.fieldNames()
+                    )
+                )
+            )
+        if not frames:
+            return None
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+
+def _queue_ranges(spans: Iterable[tuple[int, tuple[int, int]]]) -> Column | None:
+    """The condition that keeps the rows of each (queue id, [first, end)) of ``spans``."""
+    condition = None
+    for queue_id, (first, end) in sorted(spans):
+        one = (F.col("queue_id") == queue_id) & F.col("queue_offset").between(first, end - 1)
+        condition = one if condition is None else condition | one
+    return condition
+
+
+def read_through_mirror(
+    spark: SparkSession,
+    plan: StorePlan,
+    roots: Mapping[str, Path],
+    options: ReadOptions,
+    request: MirrorRequest,
+    kind: MirrorKind = RECORDS,
+) -> tuple[StoreRead, Extension]:
+    """The read of ``plan``'s stores (``roots``: broker -> store root) through the mirror
+    ``kind`` of ``request``: the mirror extended first (``--rebuild``: every broker of the
+    run read whole again), then its rows and the live units' read together, held for the
+    run like ``read_stores``'s."""
+    if to_arrow_schema(kind.schema) != options.arrow_schema:
+        raise ValueError(f"{kind.table} holds other columns than this read decodes")
+    mirror = Mirror(spark, request.root, kind)
+    rebuild = dict.fromkeys(roots, "--rebuild") if request.rebuild else {}
+    extension = mirror.extend(roots, plan.units, options, rebuild)
+    parts = []
+    if extension.committed:
+        mirrored = mirror.rows(extension.plan.ranges)
+        if mirrored is not None:
+            parts.append(mirrored)
+    if extension.plan.live:
+        parts.append(decode_units(spark, extension.plan.live, options))
+    combined = parts[0] if parts else spark.createDataFrame([], kind.schema)
+    for part in parts[1:]:
+        combined = combined.unionByName(part)
+    read = split_read(spark, plan, options, combined.persist(StorageLevel.MEMORY_AND_DISK))
+    return read, extension
+
+
+def mirror_lines(extension: Extension, request: MirrorRequest, kind: MirrorKind) -> list[str]:
+    """What a read through the mirror prints: a broker read whole again and why (first),
+    then how many rows it decoded into the mirror."""
+    lines = [
+        f"warning: {kind.table} of broker {broker} rebuilt from its store: {why}"
+        for broker, why in sorted(extension.plan.rebuilt.items())
+    ]
+    if not extension.committed:
+        lines.append(
+            f"warning: {kind.table} not extended: a consume-queue range could not be read at"
+            " all; this run decoded the new records for itself"
+        )
+    else:
+        lines.append(
+            f"mirror: {extension.records} new {kind.what} decoded into {request.root / kind.table}"
+        )
+    return lines

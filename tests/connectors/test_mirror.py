@@ -1,0 +1,80 @@
+"""The mirror's table (``connectors.mirror``): its state in the commit metadata, and a read
+through it giving the rows a read of the whole store gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from connectors.mirror import (
+    MIRROR_TABLE,
+    BrokerMirror,
+    MirrorRequest,
+    load_state,
+    parse_state,
+    read_through_mirror,
+    state_text,
+)
+from connectors.rocketmq.mirror_plan import QueueMark
+from connectors.rocketmq.reader import plan_stores, read_options, read_stores
+from connectors.rocketmq.store_files import StoreSpec
+from schemas.messages import HALF_TOPIC
+from simulator.growth import copy_prefix, record_ends
+from simulator.simulation import SimConfig, write_store
+
+OPTIONS = read_options(lean=True)
+
+
+def test_the_state_reads_back_as_written() -> None:
+    state = {
+        "b": BrokerMirror(
+            {"verify_crc": False, "half_body": False}, {(HALF_TOPIC, 0): QueueMark(9, 800, 210, 17)}
+        ),
+        "a": BrokerMirror({"verify_crc": True, "half_body": False}),
+    }
+    assert parse_state(state_text(state)) == state
+    assert parse_state('{"format": 99, "brokers": {}}') is None
+
+
+def _read(spark: SparkSession, store: Path, out: Path, rebuild: bool = False):
+    spec = StoreSpec("a", store)
+    plan = plan_stores([spec])
+    return read_through_mirror(spark, plan, {"a": store}, OPTIONS, MirrorRequest(out, rebuild))
+
+
+def test_a_read_through_the_mirror_gives_the_rows_of_a_whole_read(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    full, store, out = tmp_path / "full", tmp_path / "a", tmp_path / "out"
+    write_store(SimConfig(transactions=400, seed=9, commitlog_file_size=128 << 10), full)
+    ends = record_ends(full, HALF_TOPIC)
+    copy_prefix(full, store, int(ends[len(ends) // 2]))
+    first, extension = _read(spark, store, out)
+    first.unpersist()
+    copy_prefix(full, store, int(ends[-1]))
+    through, extension = _read(spark, store, out)
+    whole = read_stores(spark, [StoreSpec("a", store)], lean=True)
+    try:
+        assert extension.committed and extension.records > 0 and extension.plan.live == []
+        order = ["topic", "queue_id", "queue_offset"]
+        assert_df_equality(
+            through.messages.orderBy(*order), whole.messages.orderBy(*order), ignore_nullable=True
+        )
+        assert through.bad_records.isEmpty() and whole.bad_records.isEmpty()
+    finally:
+        through.unpersist()
+        whole.unpersist()
+    state = load_state(out / MIRROR_TABLE)
+    assert state is not None and set(state) == {"a"}
+    assert state["a"].marks == {
+        (key[1], key[2]): mark for key, mark in extension.plan.marks.items()
+    }
+    # Nothing new: no commit.
+    version = DeltaTable(str(out / MIRROR_TABLE)).version()
+    again, extension = _read(spark, store, out)
+    again.unpersist()
+    assert extension.records == 0
+    assert DeltaTable(str(out / MIRROR_TABLE)).version() == version

@@ -1,0 +1,183 @@
+"""Runs through the store's mirror (docs/spec/reconcile.md section 10) against the store
+read whole: a store that grows between runs (commit-log files and consume-queue files
+added, the queue head removed by retention) gives, at the last T, the tables a ``--rebuild``
+run and a run without the mirror give; a replaced store is detected and read again."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.mirror import DISCARDS, MIRROR_TABLE, Mirror
+from connectors.rocketmq.probe import CommitLogHeads, queue_bounds
+from jobs.cli import main
+from schemas.messages import HALF_TOPIC, OP_TOPIC
+from schemas.outputs import TABLE_SCHEMAS
+from simulator.growth import copy_prefix, expire_head, record_ends
+from simulator.simulation import SimConfig, write_store
+from tests.robustness.store import comparable, rows_of
+
+# Whole runs of the job: `make test-runs`, not `make test`.
+pytestmark = pytest.mark.runs
+
+ROOT = Path(__file__).resolve().parents[2]
+MIRRORED = re.compile(r"mirror: (\d+) new half/op records decoded")
+
+
+def _simulate(root: Path, seed: int) -> None:
+    """A small store over several commit-log and consume-queue files."""
+    config = SimConfig(
+        transactions=1500,
+        seed=seed,
+        commitlog_file_size=256 << 10,
+        cq_file_entries=400,
+        duration_s=1800,
+    )
+    write_store(config, root)
+
+
+def _entries(store: Path) -> int:
+    """The half and op entries that point at a readable record (what the mirror holds)."""
+    log = CommitLogHeads.of(store)
+    total = 0
+    for topic in (HALF_TOPIC, OP_TOPIC):
+        bounds = queue_bounds(store, log, topic, 0)
+        if bounds is not None and bounds.readable is not None:
+            total += bounds.readable[1] + 1 - bounds.readable[0]
+    return total
+
+
+def _run(spark: SparkSession, capsys, store: Path, out: Path, *flags: str) -> tuple[str, str]:
+    """One command-line run at ``latest``: (its run id, what it printed on stderr)."""
+    argv = ["--store", f"a={store}", "--output", str(out), "--as-of", "latest", *flags]
+    assert main(argv, spark=spark) == 0
+    printed = capsys.readouterr()
+    run_id = re.search(r"^run (\S+)", printed.out, re.M)
+    assert run_id is not None, printed.out
+    return run_id.group(1), printed.err
+
+
+def _tables(out: Path, run_id: str) -> dict[str, object]:
+    return {table: comparable(rows_of(out, table, run_id)) for table in TABLE_SCHEMAS}
+
+
+def _mirrored(printed: str) -> int:
+    found = MIRRORED.search(printed)
+    assert found is not None, printed
+    return int(found.group(1))
+
+
+def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read(
+    spark: SparkSession, capsys, tmp_path: Path
+) -> None:
+    full, store, out = tmp_path / "full", tmp_path / "a", tmp_path / "out"
+    _simulate(full, seed=11)
+    ends = record_ends(full, HALF_TOPIC)
+    seen = 0
+    for cut in (ends[len(ends) // 3], ends[2 * len(ends) // 3], ends[-1]):
+        copy_prefix(full, store, int(cut))
+        _, printed = _run(spark, capsys, store, out, "--mirror")
+        # Each run decodes into the mirror what the store appended since the last.
+        assert _mirrored(printed) == _entries(store) - seen
+        seen = _entries(store)
+    expire_head(store)  # retention removes the head the mirror holds
+    run_id, printed = _run(spark, capsys, store, out, "--mirror")
+    assert _mirrored(printed) == 0
+    incremental = _tables(out, run_id)
+    assert incremental["check_requests"] and incremental["discard_history"]
+
+    rebuilt_id, printed = _run(spark, capsys, store, out, "--rebuild")
+    assert rebuilt_id == run_id
+    for table in ("mirror_records", "mirror_discards"):
+        assert f"warning: {table} of broker a rebuilt from its store: --rebuild" in printed
+    assert _mirrored(printed) == _entries(store)
+    assert _tables(out, run_id) == incremental
+
+    classic_id, _ = _run(spark, capsys, store, out)
+    assert classic_id == run_id
+    assert _tables(out, run_id) == incremental
+    _the_readme_finds_a_transactions_records(out, capsys)
+
+
+def _the_readme_finds_a_transactions_records(out: Path, capsys) -> None:
+    """The README's mirror recipe, run as written: every half record of a transaction
+    asked about again and again (a check request's) is found, its first and its copies."""
+    text = (ROOT / "README.md").read_text()
+    recipe = re.search(
+        r"test_mirror_runs.py runs it with OUT and KEY set -->\n```python\n(.*?)```", text, re.S
+    )
+    assert recipe is not None
+    checked = max(rows_of(out, "check_requests"), key=lambda row: row["check_times"])
+    exec(recipe.group(1), {"OUT": str(out), "KEY": checked["uniq_key"]})
+    shown = capsys.readouterr().out
+    assert len(re.findall(r"^\d+ ", shown, re.M)) >= checked["check_times"], shown
+
+
+def test_a_replaced_store_is_detected_and_read_whole_again(
+    spark: SparkSession, capsys, tmp_path: Path
+) -> None:
+    first, other, store, out = (tmp_path / name for name in ("first", "other", "a", "out"))
+    _simulate(first, seed=21)
+    _simulate(other, seed=22)
+    copy_prefix(first, store, int(record_ends(first, HALF_TOPIC)[-1]))
+    _run(spark, capsys, store, out, "--mirror")
+    shutil.rmtree(store)
+    copy_prefix(other, store, int(record_ends(other, HALF_TOPIC)[-1]))
+
+    run_id, printed = _run(spark, capsys, store, out, "--mirror")
+    rebuilt = re.findall(r"warning: (\S+) of broker a rebuilt from its store: ", printed)
+    assert rebuilt == ["mirror_records", "mirror_discards"], printed
+    assert _mirrored(printed) == _entries(store)
+    through_mirror = _tables(out, run_id)
+    assert _run(spark, capsys, store, out)[0] == run_id
+    assert _tables(out, run_id) == through_mirror
+    assert (out / MIRROR_TABLE / "_delta_log").is_dir()
+    assert (out / DISCARDS.table / "_delta_log").is_dir()
+
+
+def test_a_run_killed_after_the_mirrors_commit_repeats_cleanly_and_a_past_t_reads_it(
+    spark: SparkSession, capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full, store, out = tmp_path / "full", tmp_path / "a", tmp_path / "out"
+    _simulate(full, seed=31)
+    ends = record_ends(full, HALF_TOPIC)
+    copy_prefix(full, store, int(ends[len(ends) // 2]))
+    _run(spark, capsys, store, out, "--mirror")
+    copy_prefix(full, store, int(ends[-1]))
+
+    committed = Mirror._commit
+
+    def commit_then_die(self: Mirror, *args: object) -> None:
+        committed(self, *args)
+        raise KeyboardInterrupt  # killed right after the mirror's commit, before the round
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Mirror, "_commit", commit_then_die)
+        assert main(["--store", f"a={store}", "--output", str(out), "--mirror"], spark=spark) == 130
+    capsys.readouterr()
+    run_id, printed = _run(spark, capsys, store, out, "--mirror")
+    assert _mirrored(printed) == 0  # the killed run's commit holds what the store appended
+    repeated = _tables(out, run_id)
+    assert _run(spark, capsys, store, out)[0] == run_id
+    assert _tables(out, run_id) == repeated
+
+    # A T in the past reads the mirror too: the round filters its rows by T as always.
+    past = ["--as-of", str(_newest_half_ms(store) - 10 * 60_000), "--run-id", "past"]
+    argv = ["--store", f"a={store}", "--output", str(out), *past]
+    assert main([*argv, "--mirror"], spark=spark) == 0
+    through_mirror = _tables(out, "past")
+    assert main(argv, spark=spark) == 0
+    capsys.readouterr()
+    assert _tables(out, "past") == through_mirror
+    assert through_mirror["run_summary"]
+
+
+def _newest_half_ms(store: Path) -> int:
+    log = CommitLogHeads.of(store)
+    bounds = queue_bounds(store, log, HALF_TOPIC, 0)
+    assert bounds is not None and bounds.heads is not None
+    return bounds.heads[1].store_timestamp_ms
