@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small test-broker test-broker-harness test-cluster test-connect test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
+.PHONY: help run test test-runs test-notebook test-airflow report lint format clean package venv bench bench-scaleout bench-small bench-schedule test-broker test-broker-harness test-cluster test-connect test-broker-compare fuzz bench-writers test-delta test-processes test-prepare
 
 # The variables a target's text may name as $(NAME): `make help` shows their values.
 HELP_VARS := SAMPLE_STORE SAMPLE_OUTPUT SAMPLE_TRANSACTIONS BROKER_RUNS DIST
@@ -131,6 +131,9 @@ bench: $(BENCH_STAMP) ## Benchmark: sample pairs vs bare Spark, 1M/4M/16M x3 wit
 
 bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs, each also via a warm Spark Connect server) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m --skip-connect ...)
 	$(BIN)/python -m bench.small $(BENCH_ARGS)
+
+bench-schedule: $(BENCH_STAMP) ## Scheduled runs through the mirror: first run, the next after 5 min of traffic, a whole read and bare Spark on the 1m stores (BENCH_ARGS=--size 16m ...)
+	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
 
 bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)
 	$(BIN)/python -m bench.writers $(BENCH_ARGS)

@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
 from connectors.delta_commit import TABLE_PROPERTIES, commit_lock
+from connectors.delta_rs import check_committed_rows
 from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
 from connectors.rocketmq.read_plan import Unit
@@ -222,6 +223,10 @@ class Mirror:
                 live = MirrorPlan([], [*plan.live, *plan.extend], {}, {}, plan.rebuilt)
                 return Extension(live, 0, committed=False)
             adds = self._place(staging)
+            # Executors write on their file system, the driver lists its own: marks that
+            # moved past rows the driver cannot see would lose them (docs/cluster.md).
+            found = sum(json.loads(add.stats)["numRecords"] for add in adds)
+            check_committed_rows(self.kind.table, written.get("rows", 0), found, staging)
             new_state = dict(state)
             for broker in roots:
                 new_state[broker] = BrokerMirror(

@@ -21,6 +21,7 @@ from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
+from connectors.delta_commit import local_root
 from connectors.errors import InputError
 from connectors.rocketmq.offsets_file import load_store_offsets, read_consumer_offsets
 from connectors.rocketmq.reader import parse_store_arg, validate_store
@@ -301,6 +302,23 @@ def validate_arguments(args: argparse.Namespace) -> None:
         _validate_stores(args.store)
     else:
         _validate_segments(args)
+    _validate_mirror(args)
+
+
+def _validate_mirror(args: argparse.Namespace) -> None:
+    """``--mirror``/``--rebuild``: stores only, under a local output root (spec §10)."""
+    if not (args.mirror or args.rebuild):
+        return
+    if not args.store:
+        raise InputError(
+            "--mirror and --rebuild read --store stores through their mirror; exported segments"
+            " have no mirror"
+        )
+    if local_root(args.output) is None:
+        raise InputError(
+            f"--output {args.output}: the mirror needs a local output root (or storage mounted"
+            " as one); run without --mirror/--rebuild"
+        )
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, object]:

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from connectors.mirror import DISCARDS, MIRROR_TABLE, Mirror
@@ -71,6 +72,11 @@ def _mirrored(printed: str) -> int:
     return int(found.group(1))
 
 
+def _mirror_rows(out: Path) -> int:
+    """The rows of the half/op mirror as its Delta log lists them."""
+    return DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_dataset().count_rows()
+
+
 def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read(
     spark: SparkSession, capsys, tmp_path: Path
 ) -> None:
@@ -78,7 +84,7 @@ def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read
     _simulate(full, seed=11)
     ends = record_ends(full, HALF_TOPIC)
     seen = 0
-    for cut in (ends[len(ends) // 3], ends[2 * len(ends) // 3], ends[-1]):
+    for cut in (ends[len(ends) // 2], ends[-1]):
         copy_prefix(full, store, int(cut))
         _, printed = _run(spark, capsys, store, out, "--mirror")
         # Each run decodes into the mirror what the store appended since the last.
@@ -94,13 +100,23 @@ def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read
     assert rebuilt_id == run_id
     for table in ("mirror_records", "mirror_discards"):
         assert f"warning: {table} of broker a rebuilt from its store: --rebuild" in printed
-    assert _mirrored(printed) == _entries(store)
+    assert _mirrored(printed) == _entries(store) == _mirror_rows(out)
     assert _tables(out, run_id) == incremental
 
     classic_id, _ = _run(spark, capsys, store, out)
     assert classic_id == run_id
     assert _tables(out, run_id) == incremental
     _the_readme_finds_a_transactions_records(out, capsys)
+
+    # A T in the past reads the mirror too: the round filters its rows by T as always.
+    past = ["--as-of", str(_newest_half_ms(store) - 10 * 60_000), "--run-id", "past"]
+    argv = ["--store", f"a={store}", "--output", str(out), *past]
+    assert main([*argv, "--mirror"], spark=spark) == 0
+    through_mirror = _tables(out, "past")
+    assert main(argv, spark=spark) == 0
+    capsys.readouterr()
+    assert _tables(out, "past") == through_mirror
+    assert through_mirror["run_summary"]
 
 
 def _the_readme_finds_a_transactions_records(out: Path, capsys) -> None:
@@ -117,38 +133,21 @@ def _the_readme_finds_a_transactions_records(out: Path, capsys) -> None:
     assert len(re.findall(r"^\d+ ", shown, re.M)) >= checked["check_times"], shown
 
 
-def test_a_replaced_store_is_detected_and_read_whole_again(
-    spark: SparkSession, capsys, tmp_path: Path
-) -> None:
-    first, other, store, out = (tmp_path / name for name in ("first", "other", "a", "out"))
-    _simulate(first, seed=21)
-    _simulate(other, seed=22)
-    copy_prefix(first, store, int(record_ends(first, HALF_TOPIC)[-1]))
-    _run(spark, capsys, store, out, "--mirror")
-    shutil.rmtree(store)
-    copy_prefix(other, store, int(record_ends(other, HALF_TOPIC)[-1]))
-
-    run_id, printed = _run(spark, capsys, store, out, "--mirror")
-    rebuilt = re.findall(r"warning: (\S+) of broker a rebuilt from its store: ", printed)
-    assert rebuilt == ["mirror_records", "mirror_discards"], printed
-    assert _mirrored(printed) == _entries(store)
-    through_mirror = _tables(out, run_id)
-    assert _run(spark, capsys, store, out)[0] == run_id
-    assert _tables(out, run_id) == through_mirror
-    assert (out / MIRROR_TABLE / "_delta_log").is_dir()
-    assert (out / DISCARDS.table / "_delta_log").is_dir()
+def _newest_half_ms(store: Path) -> int:
+    bounds = queue_bounds(store, CommitLogHeads.of(store), HALF_TOPIC, 0)
+    assert bounds is not None and bounds.heads is not None
+    return bounds.heads[1].store_timestamp_ms
 
 
-def test_a_run_killed_after_the_mirrors_commit_repeats_cleanly_and_a_past_t_reads_it(
+def test_a_killed_run_repeats_cleanly_and_a_replaced_store_is_read_whole_again(
     spark: SparkSession, capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    full, store, out = tmp_path / "full", tmp_path / "a", tmp_path / "out"
-    _simulate(full, seed=31)
+    full, other, store, out = (tmp_path / name for name in ("full", "other", "a", "out"))
+    _simulate(full, seed=21)
     ends = record_ends(full, HALF_TOPIC)
     copy_prefix(full, store, int(ends[len(ends) // 2]))
     _run(spark, capsys, store, out, "--mirror")
     copy_prefix(full, store, int(ends[-1]))
-
     committed = Mirror._commit
 
     def commit_then_die(self: Mirror, *args: object) -> None:
@@ -157,27 +156,20 @@ def test_a_run_killed_after_the_mirrors_commit_repeats_cleanly_and_a_past_t_read
 
     with monkeypatch.context() as patched:
         patched.setattr(Mirror, "_commit", commit_then_die)
-        assert main(["--store", f"a={store}", "--output", str(out), "--mirror"], spark=spark) == 130
+        argv = ["--store", f"a={store}", "--output", str(out), "--mirror"]
+        assert main(argv, spark=spark) == 130
     capsys.readouterr()
-    run_id, printed = _run(spark, capsys, store, out, "--mirror")
-    assert _mirrored(printed) == 0  # the killed run's commit holds what the store appended
-    repeated = _tables(out, run_id)
-    assert _run(spark, capsys, store, out)[0] == run_id
-    assert _tables(out, run_id) == repeated
+    _, printed = _run(spark, capsys, store, out, "--mirror")
+    # The killed run's commit holds what the store appended, once.
+    assert _mirrored(printed) == 0
+    assert _mirror_rows(out) == _entries(store)
 
-    # A T in the past reads the mirror too: the round filters its rows by T as always.
-    past = ["--as-of", str(_newest_half_ms(store) - 10 * 60_000), "--run-id", "past"]
-    argv = ["--store", f"a={store}", "--output", str(out), *past]
-    assert main([*argv, "--mirror"], spark=spark) == 0
-    through_mirror = _tables(out, "past")
-    assert main(argv, spark=spark) == 0
-    capsys.readouterr()
-    assert _tables(out, "past") == through_mirror
-    assert through_mirror["run_summary"]
-
-
-def _newest_half_ms(store: Path) -> int:
-    log = CommitLogHeads.of(store)
-    bounds = queue_bounds(store, log, HALF_TOPIC, 0)
-    assert bounds is not None and bounds.heads is not None
-    return bounds.heads[1].store_timestamp_ms
+    _simulate(other, seed=22)
+    shutil.rmtree(store)
+    copy_prefix(other, store, int(record_ends(other, HALF_TOPIC)[-1]))
+    _, printed = _run(spark, capsys, store, out, "--mirror")
+    rebuilt = re.findall(r"warning: (\S+) of broker a rebuilt from its store: ", printed)
+    assert rebuilt == ["mirror_records", "mirror_discards"], printed
+    # The other store's rows replace the first's.
+    assert _mirrored(printed) == _entries(store) == _mirror_rows(out)
+    assert (out / DISCARDS.table / "_delta_log").is_dir()
