@@ -15,6 +15,7 @@ root (or storage mounted as one), like the delta-rs writer (docs/cluster.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -332,12 +333,7 @@ class Mirror:
                     )
                 )
             )
-        if not frames:
-            return None
-        union = frames[0]
-        for frame in frames[1:]:
-            union = union.unionByName(frame)
-        return union
+        return functools.reduce(DataFrame.unionByName, frames) if frames else None
 
 
 def _queue_ranges(spans: Iterable[tuple[int, tuple[int, int]]]) -> Column | None:
@@ -373,9 +369,11 @@ def read_through_mirror(
             parts.append(mirrored)
     if extension.plan.live:
         parts.append(decode_units(spark, extension.plan.live, options))
-    combined = parts[0] if parts else spark.createDataFrame([], kind.schema)
-    for part in parts[1:]:
-        combined = combined.unionByName(part)
+    combined = (
+        functools.reduce(DataFrame.unionByName, parts)
+        if parts
+        else spark.createDataFrame([], kind.schema)
+    )
     read = split_read(spark, plan, options, combined.persist(StorageLevel.MEMORY_AND_DISK))
     return read, extension
 
