@@ -36,8 +36,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
-from connectors.delta_commit import TABLE_PROPERTIES, commit_lock
+from connectors.delta_commit import TABLE_PROPERTIES, commit_lock, local_root
 from connectors.delta_rs import check_committed_rows
+from connectors.errors import InputError
 from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
 from connectors.rocketmq.read_plan import Unit
@@ -148,6 +149,18 @@ def _folder(name: str, value: str) -> str:
     if safe != value:
         safe = f"{safe}-{uuid.uuid5(uuid.NAMESPACE_OID, value).hex[:8]}"
     return f"{name}={safe}"
+
+
+def mirror_root(output: str) -> Path:
+    """The output root the mirror lives under, absolute; InputError (exit 2) for one that is
+    not local: delta-rs commits the mirror from the driver (module docstring)."""
+    root = local_root(output)
+    if root is None:
+        raise InputError(
+            f"--output {output}: the mirror needs a local output root (or storage mounted as"
+            " one); run without --mirror/--rebuild"
+        )
+    return root.resolve()
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from typing import NoReturn
 
 from pyspark.sql import SparkSession
 
-from connectors.delta_commit import local_root
 from connectors.errors import InputError
+from connectors.mirror import mirror_root
 from connectors.rocketmq.offsets_file import load_store_offsets, read_consumer_offsets
 from connectors.rocketmq.reader import parse_store_arg, validate_store
 from connectors.segments import validate_segment_path
@@ -314,11 +314,7 @@ def _validate_mirror(args: argparse.Namespace) -> None:
             "--mirror and --rebuild read --store stores through their mirror; exported segments"
             " have no mirror"
         )
-    if local_root(args.output) is None:
-        raise InputError(
-            f"--output {args.output}: the mirror needs a local output root (or storage mounted"
-            " as one); run without --mirror/--rebuild"
-        )
+    mirror_root(args.output)
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, object]:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors.delta_commit import local_root
 from connectors.errors import InputError
-from connectors.mirror import MirrorRequest
+from connectors.mirror import MirrorRequest, mirror_root
 from connectors.rocketmq.reader import StorePlan, parse_store_arg
 from jobs import interrupt
 from jobs.anomalies import EXIT_ANOMALIES, anomaly_counts, failing
@@ -175,13 +174,7 @@ def mirror_request(request: JobRequest, config: JobConfig) -> MirrorRequest | No
     and where it is: under a local output root (InputError for another, exit 2)."""
     if not request.stores or not (config.mirror or request.rebuild):
         return None
-    root = local_root(request.output)
-    if root is None:
-        raise InputError(
-            f"--output {request.output}: the mirror needs a local output root (or storage"
-            " mounted as one); run without --mirror/--rebuild"
-        )
-    return MirrorRequest(root.resolve(), request.rebuild)
+    return MirrorRequest(mirror_root(request.output), request.rebuild)
 
 
 def read_phase(
