@@ -233,9 +233,9 @@ class Mirror:
             plan = plan_mirror(roots, units, marks, rebuild)
             written, staging = self._decode(plan.extend, options)
             if written.get("unplaced", 0):
+                # Nothing is committed: the run reads its stores whole, as without the mirror.
                 shutil.rmtree(staging, ignore_errors=True)
-                live = MirrorPlan([], [*plan.live, *plan.extend], {}, {}, plan.rebuilt)
-                return Extension(live, 0, committed=False)
+                return Extension(MirrorPlan([], list(units), {}, {}, {}), 0, committed=False)
             adds = self._place(staging)
             # Executors write on their file system, the driver lists its own: marks that
             # moved past rows the driver cannot see would lose them (docs/cluster.md).
@@ -322,6 +322,8 @@ class Mirror:
         """The mirror's rows of ``ranges`` (per queue, the [first, end) queue offsets the
         store still holds readable), in the kind's schema; None when there are none."""
         actions = pa.table(DeltaTable(str(self.path)).get_add_actions(flatten=True))
+        if not actions.num_rows:  # no file yet: its flattened partitions have no columns
+            return None
         files: dict[tuple[str, str], list[str]] = {}
         for row in actions.select(["path", "partition.broker", "partition.topic"]).to_pylist():
             key = (row["partition.broker"], row["partition.topic"])
@@ -401,7 +403,7 @@ def mirror_lines(extension: Extension, request: MirrorRequest, kind: MirrorKind)
     if not extension.committed:
         lines.append(
             f"warning: {kind.table} not extended: a consume-queue range could not be read at"
-            " all; this run decoded the new records for itself"
+            " all; this run read its stores whole, as without the mirror"
         )
     else:
         lines.append(
