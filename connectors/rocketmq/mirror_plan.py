@@ -41,6 +41,9 @@ class QueueMark:
     commitlog_offset: int
     size: int
     store_timestamp_ms: int
+    # The first entry the mirror holds: a store readable before it was restored or copied
+    # again, and the mirror has a hole there.
+    first_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,11 @@ def mark_mismatch(
     first, end = bounds.span
     if last >= end:
         return f"{topic} queue {queue_id} ends at offset {end}, the mirror read up to {last}"
+    if bounds.readable is not None and bounds.readable[0] < mark.first_offset:
+        return (
+            f"{topic} queue {queue_id} holds readable records from offset"
+            f" {bounds.readable[0]}, before the first the mirror read ({mark.first_offset})"
+        )
     if last < first:
         return None  # the broker's retention removed the head past the mark
     entry = entry_at(root, topic, queue_id, last)
@@ -100,14 +108,16 @@ def mark_mismatch(
     return None
 
 
-def _new_mark(root: Path, log: CommitLogHeads, key: QueueKey, last: int) -> QueueMark | None:
-    """The mark once the mirror holds the queue up to entry ``last``; None when the entry
-    or its record cannot be read now (the store changed under the run)."""
-    entry = entry_at(root, key[1], key[2], last)
+def _new_mark(
+    root: Path, log: CommitLogHeads, key: QueueKey, span: tuple[int, int]
+) -> QueueMark | None:
+    """The mark once the mirror holds the queue's entries ``span`` (first, last); None when
+    the last entry or its record cannot be read now (the store changed under the run)."""
+    entry = entry_at(root, key[1], key[2], span[1])
     head = log.head(entry[0]) if entry is not None else None
     if entry is None or head is None:
         return None
-    return QueueMark(last + 1, entry[0], entry[1], head.store_timestamp_ms)
+    return QueueMark(span[1] + 1, entry[0], entry[1], head.store_timestamp_ms, span[0])
 
 
 def _readable(bounds: QueueBounds | None, parts: Sequence[QueueUnit]) -> tuple[int, int] | None:
@@ -173,13 +183,16 @@ def plan_mirror(
     plan.marks.update(kept)
     for key, parts in sorted(grouped.items()):
         readable = _readable(bounds[key], parts)
-        after = (
-            None if readable is None else _new_mark(roots[key[0]], logs[key[0]], key, readable[1])
+        previous = kept.get(key)
+        held = (
+            None
+            if readable is None
+            else (readable[0] if previous is None else previous.first_offset, readable[1])
         )
+        after = None if held is None else _new_mark(roots[key[0]], logs[key[0]], key, held)
         if readable is None or after is None:
             plan.live.extend(parts)  # the mirror neither grows nor is read for this queue
             continue
-        previous = kept.get(key)
         start = readable[0] if previous is None else max(readable[0], previous.next_offset)
         _split_queue(parts, readable, start, plan)
         plan.ranges[key] = (readable[0], readable[1] + 1)

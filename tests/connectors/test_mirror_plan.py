@@ -5,6 +5,7 @@ decodes live, and the stores it refuses to go on from."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,13 @@ def test_rebuild_ignores_the_marks(full: Path, tmp_path: Path) -> None:
     plan = _plan(store, marks, {"a": "--rebuild"})
     assert plan.rebuilt == {"a": "--rebuild"}
     assert _offsets(plan.extend) == _offsets(_plan(store, {}).extend)
+
+
+def test_records_readable_before_the_first_the_mirror_read_are_a_mismatch(
+    full: Path, tmp_path: Path
+) -> None:
+    store = _grown(full, tmp_path / "a", 0.5)
+    mark = _plan(store, {}).marks[HALF]
+    assert mark.first_offset == 0
+    later = replace(mark, first_offset=1)  # as if the first entry was unreadable back then
+    assert "before the first the mirror read (1)" in _plan(store, {HALF: later}).rebuilt["a"]
