@@ -54,13 +54,14 @@ class RowsNotCommittedError(RuntimeError):
     """The driver found fewer (or more) rows in the staged files than the executors wrote."""
 
 
-def partition_folder(run_id: str) -> str:
-    """A folder name for a run's files. Delta readers take partition values from the log,
-    not from paths, so the folder only needs to be a safe, stable, readable name."""
-    safe = _SAFE.sub("_", run_id)
-    if safe != run_id:
-        safe = f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
-    return f"{PARTITION_COLUMN}={safe}"
+def partition_folder(value: str, column: str = PARTITION_COLUMN) -> str:
+    """A folder name for a partition's files (``column=value``). Delta readers take
+    partition values from the log, not from paths, so the folder only needs to be a safe,
+    stable, readable name."""
+    safe = _SAFE.sub("_", value)
+    if safe != value:
+        safe = f"{safe}-{hashlib.sha1(value.encode()).hexdigest()[:8]}"
+    return f"{column}={safe}"
 
 
 def check_committed_rows(table: str, written: int, found: int, staging: Path) -> None:

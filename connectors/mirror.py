@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +36,7 @@ from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
 from connectors.delta_commit import TABLE_PROPERTIES, commit_lock, local_root
-from connectors.delta_rs import check_committed_rows
+from connectors.delta_rs import check_committed_rows, partition_folder
 from connectors.errors import InputError
 from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
@@ -55,7 +54,6 @@ MIRROR_PARTITIONS = ("broker", "topic")
 # The commit metadata key that holds the marks (``MirrorState``), and their format.
 STATE_KEY = "rmq_txn_reconcile_mirror"
 STATE_FORMAT = 1
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 @dataclass(frozen=True)
@@ -140,15 +138,6 @@ def load_state(path: Path) -> MirrorState | None:
     newest = table.history(1)[0]
     text = newest.get(STATE_KEY)
     return parse_state(text) if isinstance(text, str) else None
-
-
-def _folder(name: str, value: str) -> str:
-    """A partition folder: a safe, stable, readable name (Delta readers take the value from
-    the log, not from the path)."""
-    safe = _SAFE.sub("_", value)
-    if safe != value:
-        safe = f"{safe}-{uuid.uuid5(uuid.NAMESPACE_OID, value).hex[:8]}"
-    return f"{name}={safe}"
 
 
 def mirror_root(output: str) -> Path:
@@ -236,10 +225,9 @@ class Mirror:
                 # Nothing is committed: the run reads its stores whole, as without the mirror.
                 shutil.rmtree(staging, ignore_errors=True)
                 return Extension(MirrorPlan([], list(units), {}, {}, {}), 0, committed=False)
-            adds = self._place(staging)
+            adds, found = self._place(staging)
             # Executors write on their file system, the driver lists its own: marks that
             # moved past rows the driver cannot see would lose them (docs/cluster.md).
-            found = sum(json.loads(add.stats)["numRecords"] for add in adds)
             check_committed_rows(self.kind.table, written.get("rows", 0), found, staging)
             new_state = dict(state)
             for broker in roots:
@@ -272,21 +260,25 @@ class Mirror:
         ).write.mode("error").partitionBy(*MIRROR_PARTITIONS).parquet(str(staging))
         return dict(seen.get), staging
 
-    def _place(self, staging: Path) -> list[AddAction]:
-        """Move the staged files into the table's partition folders; their add actions."""
-        adds = []
+    def _place(self, staging: Path) -> tuple[list[AddAction], int]:
+        """Move the staged files into the table's partition folders: their add actions and
+        the rows they hold (from the footers)."""
+        adds, found = [], 0
         for file in sorted(staging.glob("broker=*/topic=*/*.parquet")):
             values = {
                 part.split("=", 1)[0]: unquote(part.split("=", 1)[1])
                 for part in (file.parent.parent.name, file.parent.name)
             }
             folder = (
-                self.path / _folder("broker", values["broker"]) / _folder("topic", values["topic"])
+                self.path
+                / partition_folder(values["broker"], "broker")
+                / partition_folder(values["topic"], "topic")
             )
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"{staging.name}-{file.name}"
             file.rename(target)
             rows = pq.read_metadata(target).num_rows
+            found += rows
             stat = target.stat()
             adds.append(
                 AddAction(
@@ -299,7 +291,7 @@ class Mirror:
                 )
             )
         shutil.rmtree(staging, ignore_errors=True)
-        return adds
+        return adds, found
 
     def _commit(
         self, adds: Sequence[AddAction], replaced: Sequence[str], state: Mapping[str, BrokerMirror]
