@@ -10,6 +10,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from schemas.outputs import DISCARD_RECORD_IDENTITY, FINAL_OUTCOMES
+
 PARTITION_COLUMN = "run_id"
 LOCK_NAME = ".rmq-txn-reconcile.lock"
 # Set on every table at creation by both writers, so that either can write what the other
@@ -24,6 +26,19 @@ OFFSETS_MERGE_KEYS = ("run_id", "broker", "topic", "queue_id")
 MERGED_TABLES = {"discard_history": ("broker", "discard_offset")}
 KEEP_ON_UPDATE = ("first_seen_run_id",)
 NEWER_OR_SAME_T = "s.as_of_ms >= t.as_of_ms"
+
+
+def _final_discard_row() -> str:
+    """A discard_history row with a final outcome, matched by the same discard record."""
+    outcomes = ", ".join(f"'{outcome}'" for outcome in FINAL_OUTCOMES)
+    same = " AND ".join(
+        f"(t.`{name}` IS NOT DISTINCT FROM s.`{name}`)" for name in DISCARD_RECORD_IDENTITY
+    )
+    return f"coalesce(t.outcome IN ({outcomes}), false) AND {same}"
+
+
+# Rows of a merged table no run updates any more (spec section 6: a final outcome is kept).
+KEPT_ROWS = {"discard_history": _final_discard_row()}
 COMMIT_ATTEMPTS = 8
 
 
@@ -36,6 +51,13 @@ def merge_updates(columns: list[str]) -> dict[str, str]:
     """Target column -> source expression of a merged table's update (``KEEP_ON_UPDATE``
     columns stay as they are)."""
     return {name: f"s.`{name}`" for name in columns if name not in KEEP_ON_UPDATE}
+
+
+def update_predicate(table: str) -> str:
+    """When a merged table's matching row is updated: by a run at the same T or later,
+    unless the row is one the table keeps (``KEPT_ROWS``)."""
+    kept = KEPT_ROWS.get(table)
+    return NEWER_OR_SAME_T if kept is None else f"{NEWER_OR_SAME_T} AND NOT ({kept})"
 
 
 def merge_predicate(table: str) -> str:

@@ -36,7 +36,6 @@ from pyspark.sql import types as T
 from connectors.arrow import to_arrow_schema
 from connectors.delta_commit import (
     COMMIT_ATTEMPTS,
-    NEWER_OR_SAME_T,
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
@@ -44,6 +43,7 @@ from connectors.delta_commit import (
     merge_predicate,
     merge_updates,
     partition_columns,
+    update_predicate,
 )
 from schemas.outputs import CONSUME_OFFSETS_TABLE
 
@@ -260,7 +260,7 @@ class DeltaRsOutput:
                         reader, predicate=merge_predicate(table), source_alias="s", target_alias="t"
                     )
                     .when_matched_update(
-                        merge_updates(schema.fieldNames()), predicate=NEWER_OR_SAME_T
+                        merge_updates(schema.fieldNames()), predicate=update_predicate(table)
                     )
                     .when_not_matched_insert_all()
                     .execute()

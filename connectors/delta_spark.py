@@ -18,7 +18,6 @@ from pyspark.sql import types as T
 
 from connectors.delta_commit import (
     COMMIT_ATTEMPTS,
-    NEWER_OR_SAME_T,
     OFFSETS_MERGE_KEYS,
     PARTITION_COLUMN,
     TABLE_PROPERTIES,
@@ -27,6 +26,7 @@ from connectors.delta_commit import (
     merge_predicate,
     merge_updates,
     partition_columns,
+    update_predicate,
 )
 from connectors.delta_jars import DeltaUnavailableError, can_write_delta
 from schemas.outputs import CONSUME_OFFSETS_TABLE
@@ -147,7 +147,7 @@ class DeltaSparkOutput:
                 SparkDeltaTable.forPath(self.spark, location)
                 .alias("t")
                 .merge(source, merge_predicate(table))
-                .whenMatchedUpdate(NEWER_OR_SAME_T, updates)
+                .whenMatchedUpdate(update_predicate(table), updates)
                 .whenNotMatchedInsertAll()
                 .execute()
             )

@@ -33,11 +33,13 @@ from jobs.config import JobConfig
 from jobs.materialize import SparkMaterializer
 from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY
 from transforms.anomaly_rules.pending import discarded_without_check
+from transforms.discard_final import final_rows, kept_rows, open_evidence
 from transforms.discard_history import (
     OUTCOMES,
     UNRESOLVED,
     DiscardEvidence,
     discard_history,
+    discard_rows,
     discarded_unchecked,
     evidence_from,
 )
@@ -61,16 +63,31 @@ class DiscardHistory:
 
 
 def _named_queues(
-    usable: DataFrame, as_of_ms: int, stores: Sequence[str]
+    usable: DataFrame, as_of_ms: int, stores: Sequence[str], kept: DataFrame | None
 ) -> tuple[list[RealQueue], int]:
-    """(the real queues the discard records before T name, when read from stores; how many
-    discard records there are before T): one aggregate for both, the one decision the
-    discard history takes on the driver (which queues to read)."""
-    counted = named_real_queues(usable, as_of_ms).collect()  # one row per named real queue
+    """(the real queues the open discard records before T name, when read from stores; how
+    many discard records there are before T): one aggregate for both, the one decision the
+    discard history takes on the driver (which queues to read). A record whose row is final
+    (``kept``) needs no read of its queue."""
+    counted = named_real_queues(usable, as_of_ms, kept).collect()  # one row per named queue
     named = sorted(
-        (row[0], row[1], row[2]) for row in counted if row[1] is not None and row[2] is not None
+        (row[0], row[1], row[2])
+        for row in counted
+        if row[1] is not None and row[2] is not None and row["open_records"]
     )
     return (named if stores else []), sum(row["records"] for row in counted)
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """The evidence of every discard record before T (``every``: the past anomalies read all
+    of them), of the ones still open (``open``, with the real queues' commits), the real
+    queues' bad records and their release."""
+
+    every: DiscardEvidence
+    open: DiscardEvidence
+    real_bad: DataFrame
+    release: Callable[[], None]
 
 
 def _evidence(
@@ -79,12 +96,13 @@ def _evidence(
     config: JobConfig,
     state: RoundState,
     usable: DataFrame,
+    kept: DataFrame | None,
     queues: Sequence[RealQueue],
     discarded: int,
     materializer: SparkMaterializer,
-) -> tuple[DiscardEvidence, DataFrame, Callable[[], None]]:
-    """(the evidence, the real queues' bad records, their release) of ``discarded`` discard
-    records (``usable``) whose real queues ``queues`` can be read."""
+) -> _Evidence:
+    """The evidence of ``discarded`` discard records (``usable``) whose real queues
+    ``queues`` can be read; ``kept``: the final rows earlier runs decided."""
     params = state.params
     assert state.evidence is not None  # checked by the caller
     # A discarded transaction has about check_max + 2 half records before T (its original,
@@ -93,7 +111,7 @@ def _evidence(
     # are broadcast against every half record.
     few = discarded <= materializer.broadcast_rows
     small = discarded * (params.check_max + 2) <= materializer.broadcast_rows
-    evidence = evidence_from(
+    every = evidence_from(
         state.evidence,
         usable,
         state.pending,
@@ -104,21 +122,44 @@ def _evidence(
         small,
         few,
     )
+    decide = every
+    if kept is not None:  # the rules read the open rows' half records several times
+        decide = open_evidence(every, kept)
+        decide = replace(decide, linked=materializer.kept(decide.linked))
     # The real queues are read once the discarded transactions' half records are known:
     # their commit-log offsets say which commits are worth decoding.
-    filters = commit_filters(discard_offsets(evidence.linked)) if queues else {}
+    filters = commit_filters(discard_offsets(decide.linked)) if queues else {}
     commits, real_bad, release = read_real_queues(
         spark, source.stores, queues, config.verify_crc, filters
     )
-    return replace(evidence, commits=commits), real_bad, release
+    return _Evidence(every, replace(decide, commits=commits), real_bad, release)
+
+
+def _kept(
+    usable: DataFrame,
+    earlier: DataFrame | None,
+    as_of_ms: int,
+    keep: Callable[[DataFrame], DataFrame],
+) -> DataFrame | None:
+    """The final rows earlier runs decided of the discard records before T (None without
+    an earlier ``discard_history``)."""
+    if earlier is None:
+        return None
+    return keep(kept_rows(discard_rows(usable, as_of_ms), final_rows(earlier, as_of_ms)))
 
 
 def build_discard_history(
-    spark: SparkSession, source: DiscardSource, config: JobConfig, state: RoundState
+    spark: SparkSession,
+    source: DiscardSource,
+    config: JobConfig,
+    state: RoundState,
+    earlier: DataFrame | None = None,
 ) -> DiscardHistory:
     """Read the discard records and the evidence beside the round's own frames (``state``:
-    its half, op and op-item records, pending rows and bad records), and decide every
-    discard record's row."""
+    its half, op and op-item records, pending rows and bad records), and decide the row of
+    every discard record whose row is not final yet (``earlier``: the output root's
+    ``discard_history``, ``jobs.history.earlier_discard_history``; its final rows are
+    kept as they are)."""
     params = state.params
     if state.evidence is None:
         raise ValueError("the discard history reads the round's records: this round kept none")
@@ -128,7 +169,8 @@ def build_discard_history(
     read = read_discards(spark, source, config.verify_crc)
     usable, bad = usable_discards(read.records, read.bad_records, params.as_of_ms)
     usable = keep(usable)
-    named, discarded = _named_queues(usable, params.as_of_ms, source.stores)
+    kept = _kept(usable, earlier, params.as_of_ms, keep)
+    named, discarded = _named_queues(usable, params.as_of_ms, source.stores, kept)
     queues = readable_queues(source.stores, named)
     if not discarded:
         # Nothing discarded (the usual case): the evidence joins would read the round's
@@ -137,11 +179,12 @@ def build_discard_history(
         unchecked = spark.createDataFrame([], ANOMALY)
         real_bad, release_real = spark.createDataFrame([], BAD_RECORD), lambda: None
     else:
-        evidence, real_bad, release_real = _evidence(
-            spark, source, config, state, usable, queues, discarded, materializer
+        evidence = _evidence(
+            spark, source, config, state, usable, kept, queues, discarded, materializer
         )
-        history = keep(discard_history(evidence, params))
-        unchecked = keep(discarded_without_check(discarded_unchecked(evidence)))
+        real_bad, release_real = evidence.real_bad, evidence.release
+        history = keep(discard_history(evidence.open, params, kept))
+        unchecked = keep(discarded_without_check(discarded_unchecked(evidence.every)))
     bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
     bad = keep(not_reported(bad, state.bad_records, NO_RECORD_PLACE))
 

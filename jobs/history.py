@@ -1,5 +1,6 @@
 """What earlier runs in the same output root left behind, for the columns that span runs
-(pending's ``first_seen_run_id`` / ``pending_since_ms``).
+(pending's ``first_seen_run_id`` / ``pending_since_ms``) and for the discard history's
+final rows.
 
 Which runs to chain from is decided on ``run_summary`` (a row per queue and run, read in
 the driver through delta-rs), and the pending rows of those runs are read by Spark from the
@@ -19,7 +20,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import PARTITION_COLUMN, absolute_root
-from schemas.outputs import PENDING, PENDING_TABLE, RUN_SUMMARY_TABLE
+from schemas.outputs import (
+    DISCARD_HISTORY,
+    DISCARD_HISTORY_TABLE,
+    PENDING,
+    PENDING_TABLE,
+    RUN_SUMMARY_TABLE,
+)
 
 # What carry_pending_since reads of an earlier pending row (run_id is the partition column:
 # it is in Delta's log, not in the files, and is added per run below).
@@ -97,3 +104,15 @@ def earlier_pending(spark: SparkSession, root: str, run_id: str, as_of_ms: int) 
     for frame in frames[1:]:
         earlier = earlier.unionByName(frame)
     return earlier
+
+
+def earlier_discard_history(spark: SparkSession, root: str) -> DataFrame | None:
+    """The output root's ``discard_history`` rows (None when it has none), read by Spark
+    from the files Delta's log lists (the table is one row per discard record, not per
+    run). Files written before ``keys``, ``tags`` and ``transaction_id`` existed come back
+    null there, as the table reads them."""
+    table = _open(root, DISCARD_HISTORY_TABLE)
+    uris = table.file_uris() if table is not None else []
+    if not uris:
+        return None
+    return spark.read.schema(DISCARD_HISTORY).parquet(*uris)

@@ -21,7 +21,7 @@ from jobs.anomalies import earlier_offsets_frame
 from jobs.config import JobConfig
 from jobs.discards import build_discard_history, discard_inputs
 from jobs.extract import AsOfChoice, Inputs, derive_run_id, resolve_as_of
-from jobs.history import earlier_pending
+from jobs.history import earlier_discard_history, earlier_pending
 from jobs.materialize import SparkMaterializer
 from transforms.offsets import with_missing_offset_warnings
 from transforms.outputs import RoundOutputs, RunExtras, RunFacts, shape_tables
@@ -154,7 +154,8 @@ def with_discards_and_history(
     output_root: str | None,
 ) -> Reconciled:
     """``state`` with the discard history and the earlier runs of ``output_root``."""
-    history = build_discard_history(spark, discards, config, state)
+    earlier = earlier_discard_history(spark, output_root) if output_root is not None else None
+    history = build_discard_history(spark, discards, config, state, earlier)
     params = state.params
     extras = RunExtras(
         discard_history=history.history,

@@ -171,6 +171,12 @@ OUTCOMES = (
     OUTCOME_ENDED,
     OUTCOME_UNRESOLVED,
 )
+# An outcome that is final: once a run has seen it, later runs keep the row as it is (the
+# evidence may be gone from the store by then). Kept only for the same discard record: a
+# row whose identity differs is another broker's record at the same offset (a replaced
+# store) and is decided again.
+FINAL_OUTCOMES = (OUTCOME_COMMITTED, OUTCOME_ROLLED_BACK, OUTCOME_ENDED)
+DISCARD_RECORD_IDENTITY = ("offset_msg_id", "uniq_key", "discarded_at_ms")
 
 RUN_SUMMARY = T.StructType(
     [

@@ -367,9 +367,13 @@ def resume_futile(params: RoundParams) -> Column:
     return F.when(F.col("outcome") == UNRESOLVED, by_age)
 
 
-def discard_history(evidence: DiscardEvidence, params: RoundParams) -> DataFrame:
+def discard_history(
+    evidence: DiscardEvidence, params: RoundParams, kept: DataFrame | None = None
+) -> DataFrame:
     """One ``discard_history`` row per discard record stored before T (``DISCARD_HISTORY``
-    columns; ``evidence`` cut at the run's T). ``first_seen_run_id`` is this run: the
+    columns; ``evidence`` cut at the run's T): the rows of ``evidence`` decided now, and
+    ``kept``, the final rows earlier runs decided (``transforms.discard_final``; then
+    ``evidence`` holds the other rows alone). ``first_seen_run_id`` is this run: the
     writer's merge keeps an existing row's."""
     if evidence.as_of_ms != params.as_of_ms:
         raise ValueError(
@@ -390,12 +394,13 @@ def discard_history(evidence: DiscardEvidence, params: RoundParams) -> DataFrame
         "run_id": F.lit(params.run_id),
         "as_of_ms": F.lit(params.as_of_ms),
     }
-    return decided.select(
+    shaped = decided.select(
         *[
             values.get(field.name, F.col(field.name)).cast(field.dataType).alias(field.name)
             for field in DISCARD_HISTORY.fields
         ]
     )
+    return shaped if kept is None else shaped.unionByName(kept.select(*shaped.columns))
 
 
 def discard_history_counts(history: DataFrame) -> DataFrame:

@@ -60,14 +60,23 @@ def usable_discards(
     return usable, bad
 
 
-def named_real_queues(usable: DataFrame, as_of_ms: int) -> DataFrame:
+def named_real_queues(usable: DataFrame, as_of_ms: int, kept: DataFrame | None = None) -> DataFrame:
     """Per (broker, real topic, real queue id) the discard records before T name, how many
-    records name it (``records``); records naming none count in a row of nulls: one row
-    per named queue and per broker, whose sum is every discard record before T."""
-    return (
-        with_half_fields(usable.filter(stored_before(as_of_ms)))
-        .groupBy("broker", "real_topic", "real_queue_id")
-        .agg(F.count(F.lit(1)).alias("records"))
+    records name it (``records``) and how many of them are still open (``open_records``:
+    without a row in ``kept``, the final rows earlier runs decided, ``DISCARD_KEY``);
+    records naming none count in a row of nulls: one row per named queue and per broker,
+    whose sum is every discard record before T."""
+    records = with_half_fields(usable.filter(stored_before(as_of_ms)))
+    is_open = F.lit(True)
+    if kept is not None:
+        marks = kept.select(
+            "broker", F.col("discard_offset").alias("queue_offset"), F.lit(True).alias("_kept")
+        )
+        records = records.join(marks, on=["broker", "queue_offset"], how="left")
+        is_open = F.col("_kept").isNull()
+    return records.groupBy("broker", "real_topic", "real_queue_id").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.count(F.when(is_open, 1)).alias("open_records"),
     )
 
 

@@ -26,9 +26,11 @@ def _rows(
     as_of: int,
     rows: list[tuple[str, int, str]],
     schema: T.StructType = DISCARD_HISTORY,
+    offset_msg_id: str | None = None,
 ):  # -> DataFrame
-    """discard_history rows of one run: (broker, discard_offset, outcome), first seen now;
-    with the search columns, ``keys`` = [``KEY-<offset>``]."""
+    """discard_history rows of one run: (broker, discard_offset, outcome), first seen now,
+    of discard records with ``offset_msg_id``; with the search columns, ``keys`` =
+    [``KEY-<offset>``]."""
     values = []
     for broker, offset, outcome in rows:
         row = dict.fromkeys(schema.fieldNames())
@@ -38,6 +40,7 @@ def _rows(
             broker=broker,
             discard_offset=offset,
             outcome=outcome,
+            offset_msg_id=offset_msg_id,
             reason="check_max",
             first_seen_run_id=run_id,
             run_id=run_id,
@@ -79,6 +82,17 @@ def check_merge(spark: SparkSession, writer: OutputWriter, root: Path) -> None:
     assert _table(root) == expected
     # A rerun of r2: the same rows.
     assert merge("r2", 200, second) == 2
+    assert _table(root) == expected
+    # A final outcome is kept by later runs (the evidence may be gone), unresolved is not.
+    assert merge("r3", 300, [("a", 0, "unknown"), ("a", 2, "committed")]) == 2
+    expected[("a", 2)] = ("committed", "r2", "r3")
+    assert _table(root) == expected
+    assert merge("r4", 400, [("a", 2, "unknown")]) == 1
+    assert _table(root) == expected
+    # Another discard record at the same offset (a replaced store) is decided again.
+    other = _rows(spark, "r5", 500, [("a", 0, "unresolved")], offset_msg_id="0A000001000000FF")
+    assert writer.merge_rows(DISCARD_HISTORY_TABLE, other, DISCARD_HISTORY) == 1
+    expected[("a", 0)] = ("unresolved", "r1", "r5")
     assert _table(root) == expected
 
 

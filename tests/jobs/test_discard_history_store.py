@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from connectors.rocketmq.offsets_file import HALF_KEY, OP_KEY, write_consumer_offsets
 from jobs.cli import main
 from schemas.messages import DISCARD_TOPIC
+from schemas.outputs import FINAL_OUTCOMES
 from simulator.discard_cases import commit_of, delete_queue, discard_of, op_naming, resumed_copy
 from simulator.writer import StoreWriter
 from tests.connectors.reference import messages_table
@@ -108,7 +109,7 @@ def _outcomes(out: Path) -> dict[int, tuple]:
 
 
 def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store, out = tmp_path / "broker-a", tmp_path / "out"
     d = build_store(store)
@@ -143,7 +144,11 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     assert len(late) == len(d)  # merged: one row per discard record, not per run
     first_seen = {offset: row["first_seen_run_id"] for offset, row in late.items()}
     assert first_seen == {offset: "early" if offset in early else "late" for offset in late}
-    assert {row["run_id"] for row in late.values()} == {"late"}
+    # A row final at T - 60 s (committed before it) is kept as that run wrote it.
+    final_early = {o for o, row in early.items() if row["outcome"] in FINAL_OUTCOMES}
+    assert final_early == {at["committed_early"]}
+    run_ids = {offset: row["run_id"] for offset, row in late.items()}
+    assert run_ids == {offset: "early" if offset in final_early else "late" for offset in late}
     open_row = late[at["open"]]
     assert open_row["resume_offset_msg_id"] == open_row["offset_msg_id"] is not None
     # Searchable by what the half record carried (no __transactionId__: null).
@@ -164,6 +169,26 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     # A rerun of the same run changes nothing.
     assert main(late_args, spark=spark) == 0
     assert {r["discard_offset"]: r for r in rows_of(out, "discard_history")} == late
+
+    # The real queue is deleted since: its commits cannot be read any more, and a first
+    # look would say `ended`. The final rows stay as they were; the others are decided.
+    delete_queue(store, "TopicOrder", 1)
+    capsys.readouterr()
+    assert main([*base, "--as-of", str(T + S), "--run-id", "after"], spark=spark) == 0
+    # The run's own picture (its summary, report and counts) holds the kept rows too.
+    assert "committed=2  rolled_back=1  ended=1" in capsys.readouterr().out
+    after = {r["discard_offset"]: r for r in rows_of(out, "discard_history")}
+    final = {o for o, row in late.items() if row["outcome"] in FINAL_OUTCOMES}
+    assert {after[o]["outcome"] for o in final} == {"committed", "rolled_back", "ended"}
+    assert {o: after[o] for o in final} == {o: late[o] for o in final}
+    assert {o: after[o]["run_id"] for o in after if o not in final} == dict.fromkeys(
+        set(after) - final, "after"
+    )
+    fresh = tmp_path / "fresh"
+    fresh_args = ["--store", f"a={store}", "--output", str(fresh), "--as-of", str(T + S)]
+    assert main(fresh_args, spark=spark) == 0
+    first_look = {r["discard_offset"]: r["outcome"] for r in rows_of(fresh, "discard_history")}
+    assert {first_look[o] for o in final} == {"ended"}
 
 
 def test_exported_discards_end_as_ended_and_bad_ones_are_bad_records(

@@ -151,16 +151,32 @@ def test_named_real_queues_count_records_before_t(spark: SparkSession) -> None:
     )
     expected = spark.createDataFrame(
         [
-            (BROKER, "ORDERS", 0, 2),
-            (BROKER, "ORDERS", 7, 1),
-            (BROKER, "PAYMENTS", 7, 1),
-            (BROKER, None, None, 1),
-            ("c", "ORDERS", 0, 1),
+            (BROKER, "ORDERS", 0, 2, 2),
+            (BROKER, "ORDERS", 7, 1, 1),
+            (BROKER, "PAYMENTS", 7, 1, 1),
+            (BROKER, None, None, 1, 1),
+            ("c", "ORDERS", 0, 1, 1),
         ],
-        "broker STRING, real_topic STRING, real_queue_id INT, records LONG",
+        "broker STRING, real_topic STRING, real_queue_id INT, records LONG, open_records LONG",
     )
     assert_df_equality(
         named_real_queues(usable, T), expected, ignore_row_order=True, ignore_nullable=True
+    )
+    # Records whose row earlier runs decided for good are counted, not open: their queues
+    # need no read (broker c's record 0 is another broker's offset 0: still open).
+    kept = spark.createDataFrame([(BROKER, 1), (BROKER, 3)], "broker STRING, discard_offset LONG")
+    expected_open = expected.withColumn(
+        "open_records",
+        F.when(F.col("real_topic") == "PAYMENTS", 0)
+        .when((F.col("broker") == BROKER) & (F.col("real_queue_id") == 0), 1)
+        .otherwise(F.col("open_records"))
+        .cast("long"),
+    )
+    assert_df_equality(
+        named_real_queues(usable, T, kept),
+        expected_open,
+        ignore_row_order=True,
+        ignore_nullable=True,
     )
 
 
