@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -53,6 +54,9 @@ from connectors.rocketmq.reader import (
 MIRROR_PARTITIONS = ("broker", "topic")
 # The commit metadata key that holds the marks (``MirrorState``), and their format.
 STATE_KEY = "rmq_txn_reconcile_mirror"
+# Commits that change no row and carry no state: a vacuum writes a start and an end commit
+# (jobs.maintenance vacuum). The state is read from the newest other commit.
+NO_ROW_CHANGE = ("VACUUM START", "VACUUM END")
 STATE_FORMAT = 1
 
 
@@ -133,11 +137,24 @@ def load_state(path: Path) -> MirrorState | None:
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return {}
-    if table.version() == 0:
+    newest = _newest_data_commit(table)
+    if newest is None or newest.get("version") == 0:
         return {}  # created, nothing committed into it yet
-    newest = table.history(1)[0]
     text = newest.get(STATE_KEY)
     return parse_state(text) if isinstance(text, str) else None
+
+
+def _newest_data_commit(table: DeltaTable) -> dict[str, Any] | None:
+    """The newest commit of ``table`` that is not a vacuum's (``NO_ROW_CHANGE``), read from
+    the newest back in a few growing windows: vacuums run between runs add two each."""
+    for limit in (8, 128, None):
+        commits = table.history(limit)  # newest first
+        for commit in commits:
+            if commit.get("operation") not in NO_ROW_CHANGE:
+                return commit
+        if limit is None or len(commits) < limit:
+            return None
+    return None
 
 
 def mirror_root(output: str) -> Path:

@@ -1,4 +1,5 @@
-"""Maintenance of an output root: ``python -m jobs.maintenance vacuum --output OUT``.
+"""Maintenance of an output root: ``python -m jobs.maintenance vacuum --output OUT`` and
+``python -m jobs.maintenance mirror --output OUT [--store NAME=DIR ...]``.
 
 A rerun replaces its rows in one Delta commit, and the files of the replaced rows stay on
 disk (Delta's time travel reads them). Readers that go through the Delta log never see
@@ -6,6 +7,10 @@ them; a glob over the Parquet files does, and counts every rerun's rows again. `
 deletes the files no table version newer than the retention needs (default 7 days, the
 Delta default); reading through the log stays the only correct way to read the tables
 (README, "Reading the tables").
+
+``mirror`` keeps the store's mirror small (``connectors.mirror_upkeep``): it drops the rows
+of entries the given stores no longer hold readable, which no run reads again, and
+compacts the small files each run adds. ``vacuum`` then deletes the files they replaced.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from connectors.errors import InputError
+from connectors.rocketmq.store_files import parse_store_arg, validate_store
 
 DEFAULT_RETENTION_HOURS = 7 * 24
 
@@ -42,6 +48,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     vacuum.add_argument(
         "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
+    )
+    mirror = commands.add_parser(
+        "mirror", help="drop the mirror's rows no run reads again, and compact its files"
+    )
+    mirror.add_argument("--output", required=True, help="the job's output root")
+    mirror.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a broker's store, as the job was given it: its rows of entries the store no"
+        " longer holds readable are dropped (repeatable; without it: compaction only)",
+    )
+    mirror.add_argument(
+        "--no-compact", action="store_true", help="drop rows only, leave the files as they are"
     )
     return parser
 
@@ -81,16 +102,56 @@ def vacuum_tables(
     return removed
 
 
+def mirror_upkeep(output_root: str, stores: Sequence[str], compact: bool = True) -> list[str]:
+    """Prune and compact both mirror tables under ``output_root``; the lines to print.
+
+    Raises:
+        InputError: a store argument that is not a store, a broker named twice, an output
+            root that is not local or holds no mirror.
+    """
+    from connectors.mirror import DISCARDS, RECORDS, mirror_root
+    from connectors.mirror_upkeep import upkeep
+
+    root = mirror_root(output_root)
+    roots: dict[str, Path] = {}
+    for arg in stores:
+        spec = parse_store_arg(arg)
+        validate_store(spec)
+        if spec.broker in roots:
+            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
+        roots[spec.broker] = Path(spec.root)
+    if not (root / RECORDS.table).is_dir():
+        raise InputError(f"{root}: no mirror here (a run with --mirror makes it)")
+    lines = []
+    for kind in (RECORDS, DISCARDS):
+        if not (root / kind.table).is_dir():
+            continue  # a mirror made before any discard record was read
+        done = upkeep(root, kind, roots, compact)
+        lines.append(
+            f"{done.table}: dropped {done.pruned_rows} row(s) the stores no longer hold;"
+            f" compacted {done.files_removed} file(s) into {done.files_added}"
+        )
+        lines += [f"  note: {why}" for why in done.skipped]
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        removed = vacuum_tables(args.output, args.retention_hours, args.dry_run)
+        if args.command == "mirror":
+            lines = mirror_upkeep(args.output, args.store, not args.no_compact)
+        else:
+            removed = vacuum_tables(args.output, args.retention_hours, args.dry_run)
+            verb = "would delete" if args.dry_run else "deleted"
+            lines = [
+                f"{table}: {verb} {len(files)} file(s) older than {args.retention_hours} h"
+                for table, files in removed.items()
+            ]
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    verb = "would delete" if args.dry_run else "deleted"
-    for table, files in removed.items():
-        print(f"{table}: {verb} {len(files)} file(s) older than {args.retention_hours} h")
+    for line in lines:
+        print(line)
     return 0
 
 

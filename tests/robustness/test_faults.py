@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
+from connectors.mirror import MIRROR_TABLE
 from jobs.reconcile import main
 from tests.robustness.store import TABLES, T, comparable, half, op, read_table, rows_of, write
 
@@ -123,8 +125,16 @@ def test_fault_after_each_table_then_rerun_leaves_one_copy(
 
 @pytest.mark.slow
 def test_two_concurrent_runs_on_one_output_root(store, tmp_path):
-    """Real processes, different run ids, the same output root, started together."""
-    run_concurrently(store, tmp_path / "out", {"left": [], "right": []})
+    """Real processes, different run ids, the same output root, started together, each
+    through the store's mirror: the commit lock lets one decode the store into it, the
+    other then finds nothing new; the mirror holds each record once."""
+    output = tmp_path / "out"
+    run_concurrently(store, output, {"left": ["--mirror"], "right": ["--mirror"]})
+    columns = ["topic", "queue_id", "queue_offset"]
+    mirrored = DeltaTable(str(output / MIRROR_TABLE)).to_pyarrow_table(columns=columns)
+    places = list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))
+    records = 2 + len(EXPECTED_PENDING)  # the op, the resolved half and the pending halves
+    assert len(places) == len(set(places)) == records
 
 
 def run_concurrently(store: Path, output: Path, extra_args: dict[str, list[str]]) -> list[str]:

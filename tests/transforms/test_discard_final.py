@@ -31,7 +31,9 @@ def _earlier(spark: SparkSession) -> DataFrame:
     return (
         _history(spark)
         .withColumn("outcome", outcome)
-        .withColumn("offset_msg_id", F.when(at == "b/0", "0A0000FF").otherwise(F.col("offset_msg_id")))
+        .withColumn(
+            "offset_msg_id", F.when(at == "b/0", "0A0000FF").otherwise(F.col("offset_msg_id"))
+        )
         .withColumn("as_of_ms", F.when(at == "b/11", T + 1).otherwise(T - 60_000))
         .withColumn("run_id", F.lit(EARLIER_RUN))
         .withColumn("first_seen_run_id", F.lit(EARLIER_RUN))
