@@ -44,6 +44,7 @@ from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, pla
 from connectors.rocketmq.read_plan import Unit
 from connectors.rocketmq.reader import (
     COMBINED,
+    COMMITS_COMBINED,
     LEAN_COMBINED,
     StorePlan,
     StoreRead,
@@ -79,6 +80,10 @@ class MirrorKind:
 # their properties (the discard history reads them whole).
 RECORDS = MirrorKind("mirror_records", LEAN_COMBINED, "half/op records")
 DISCARDS = MirrorKind("mirror_discards", COMBINED, "discard records")
+# The committed transactional messages of the business queues discard records name: every
+# one of each queue, so that a later discard of the same queue finds its commit mirrored.
+COMMITS = MirrorKind("mirror_commits", COMMITS_COMBINED, "committed messages")
+MIRROR_KINDS = (RECORDS, DISCARDS, COMMITS)
 MIRROR_TABLE = RECORDS.table
 MIRROR_SCHEMA = RECORDS.schema
 

@@ -59,7 +59,7 @@ class DiscardHistory:
     bad_records: DataFrame
     notes: list[str]
     release: Callable[[], None]
-    mirror_lines: list[str]  # what the read through the discard topic's mirror printed
+    mirror_lines: list[str]  # what the reads through the discard and commits' mirrors printed
 
 
 def _named_queues(
@@ -88,6 +88,7 @@ class _Evidence:
     open: DiscardEvidence
     real_bad: DataFrame
     release: Callable[[], None]
+    mirror_lines: list[str]  # what the read through the commits' mirror printed
 
 
 def _evidence(
@@ -127,12 +128,14 @@ def _evidence(
         decide = open_evidence(every, kept)
         decide = replace(decide, linked=materializer.kept(decide.linked))
     # The real queues are read once the discarded transactions' half records are known:
-    # their commit-log offsets say which commits are worth decoding.
-    filters = commit_filters(discard_offsets(decide.linked)) if queues else {}
-    commits, real_bad, release = read_real_queues(
-        spark, source.stores, queues, config.verify_crc, filters
-    )
-    return _Evidence(every, replace(decide, commits=commits), real_bad, release)
+    # their commit-log offsets say which commits are worth decoding (the mirror holds
+    # every commit of a queue, decoded once).
+    filters = {}
+    if queues and source.mirror is None:
+        filters = commit_filters(discard_offsets(decide.linked))
+    real = read_real_queues(spark, source.stores, queues, config.verify_crc, filters, source.mirror)
+    commits = replace(decide, commits=real.records)
+    return _Evidence(every, commits, real.bad_records, real.release, real.mirror_lines)
 
 
 def _kept(
@@ -178,11 +181,13 @@ def build_discard_history(
         history = spark.createDataFrame([], DISCARD_HISTORY)
         unchecked = spark.createDataFrame([], ANOMALY)
         real_bad, release_real = spark.createDataFrame([], BAD_RECORD), lambda: None
+        commit_lines: list[str] = []
     else:
         evidence = _evidence(
             spark, source, config, state, usable, kept, queues, discarded, materializer
         )
         real_bad, release_real = evidence.real_bad, evidence.release
+        commit_lines = evidence.mirror_lines
         history = keep(discard_history(evidence.open, params, kept))
         unchecked = keep(discarded_without_check(discarded_unchecked(evidence.every)))
     bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
@@ -194,7 +199,8 @@ def build_discard_history(
         read.release()
 
     notes = [*read.notes, *unread_queue_notes(named, queues)]
-    return DiscardHistory(history, unchecked, bad, notes, release, read.mirror_lines)
+    lines = [*read.mirror_lines, *commit_lines]
+    return DiscardHistory(history, unchecked, bad, notes, release, lines)
 
 
 def outcome_counts(history: DataFrame) -> DataFrame:

@@ -109,7 +109,7 @@ def mirror_upkeep(output_root: str, stores: Sequence[str], compact: bool = True)
         InputError: a store argument that is not a store, a broker named twice, an output
             root that is not local or holds no mirror.
     """
-    from connectors.mirror import DISCARDS, RECORDS, mirror_root
+    from connectors.mirror import MIRROR_KINDS, RECORDS, mirror_root
     from connectors.mirror_upkeep import upkeep
 
     root = mirror_root(output_root)
@@ -123,9 +123,9 @@ def mirror_upkeep(output_root: str, stores: Sequence[str], compact: bool = True)
     if not (root / RECORDS.table).is_dir():
         raise InputError(f"{root}: no mirror here (a run with --mirror makes it)")
     lines = []
-    for kind in (RECORDS, DISCARDS):
+    for kind in MIRROR_KINDS:
         if not (root / kind.table).is_dir():
-            continue  # a mirror made before any discard record was read
+            continue  # no discard record or none naming a real queue read yet
         done = upkeep(root, kind, roots, compact)
         lines.append(
             f"{done.table}: dropped {done.pruned_rows} row(s) the stores no longer hold;"

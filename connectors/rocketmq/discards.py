@@ -14,14 +14,14 @@ way makes an ended transaction ``ended`` rather than ``committed``/``rolled_back
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from connectors.mirror import DISCARDS, MirrorRequest, mirror_lines, read_through_mirror
+from connectors.mirror import COMMITS, DISCARDS, MirrorRequest, mirror_lines, read_through_mirror
 from connectors.rocketmq.layout import topic_folder, topic_path_problem
 from connectors.rocketmq.offset_filter import OffsetFilter, filter_batches
 from connectors.rocketmq.reader import parse_store_arg, plan_stores, read_options, read_stores
@@ -54,7 +54,9 @@ class DiscardSource:
 
 @dataclass(frozen=True)
 class DiscardRead:
-    """Discard records (``SOURCED_MESSAGE``, duplicates still in) and their bad records."""
+    """One read of the discard history's inputs: its records (the discard records,
+    ``SOURCED_MESSAGE`` with duplicates still in; or the real queues' commits,
+    ``COMMIT_MESSAGE``) and their bad records."""
 
     records: DataFrame
     bad_records: DataFrame
@@ -149,26 +151,36 @@ def read_real_queues(
     queues: Sequence[RealQueue],
     verify_crc: bool,
     filters: Mapping[str, OffsetFilter],
-) -> tuple[DataFrame, DataFrame, Callable[[], None]]:
-    """(records, bad records, release) of exactly ``queues``, through their consume queues:
-    their committed transactional messages only, as ``COMMIT_MESSAGE``, and of those only
-    the ones ``filters`` (``commit_filters``) say may name a discarded transaction's half
-    record."""
+    mirror: MirrorRequest | None = None,
+) -> DiscardRead:
+    """The records of exactly ``queues``, through their consume queues: their committed
+    transactional messages only, as ``COMMIT_MESSAGE``, and of those only the ones
+    ``filters`` (``commit_filters``) say may name a discarded transaction's half record.
+    Through the commits' mirror when ``mirror`` is given: every committed message of each
+    queue, decoded once in its life (``filters`` do not apply)."""
     if not queues:
         commits = spark.createDataFrame([], COMMIT_MESSAGE)
-        return commits, spark.createDataFrame([], BAD_RECORD), lambda: None
+        return DiscardRead(commits, spark.createDataFrame([], BAD_RECORD))
     brokers = {broker for broker, _, _ in queues}
     specs = [spec for spec in map(parse_store_arg, stores) if spec.broker in brokers]
+    topics = tuple(sorted({topic for _, topic, _ in queues}))
+    if mirror is not None:
+        plan = plan_stores(specs, topics, frozenset(queues))
+        options = replace(read_options(verify_crc=verify_crc), commits_only=True)
+        roots = {spec.broker: spec.root for spec in specs}
+        read, extension = read_through_mirror(spark, plan, roots, options, mirror, COMMITS)
+        lines = mirror_lines(extension, mirror, COMMITS)
+        return DiscardRead(read.messages, read.bad_records, [], read.unpersist, lines)
     read = read_stores(
         spark,
         specs,
         verify_crc=verify_crc,
-        topics=sorted({topic for _, topic, _ in queues}),
+        topics=topics,
         only_queues=frozenset(queues),
         commits_only=True,
         commit_filters=filters,
     )
-    return read.messages, read.bad_records, read.unpersist
+    return DiscardRead(read.messages, read.bad_records, [], read.unpersist)
 
 
 def no_commits(spark: SparkSession) -> DataFrame:

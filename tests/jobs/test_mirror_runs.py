@@ -92,21 +92,24 @@ def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read
         # Each run decodes into the mirror what the store appended since the last.
         assert _mirrored(printed) == _entries(store) - seen
         seen = _entries(store)
+    _the_history_is_a_first_looks(spark, capsys, store, out, tmp_path / "first-look")
     expire_head(store)  # retention removes the head the mirror holds
     # The maintenance drops the rows of the removed head and compacts both tables.
     assert maintenance(["mirror", "--output", str(out), "--store", f"a={store}"]) == 0
     upkept = capsys.readouterr().out
-    for table in ("mirror_records", "mirror_discards"):
+    for table in ("mirror_records", "mirror_discards", "mirror_commits"):
         assert f"{table}: dropped " in upkept, upkept
     assert not re.search(r"mirror_records: dropped 0 row", upkept), upkept
     run_id, printed = _run(spark, capsys, store, out, "--mirror")
     assert _mirrored(printed) == 0 and "rebuilt" not in printed
+    # The real queues' commits were mirrored by the runs before: nothing new to decode.
+    assert "mirror: 0 new committed messages decoded" in printed, printed
     incremental = _tables(out, run_id)
     assert incremental["check_requests"] and incremental["discard_history"]
 
     rebuilt_id, printed = _run(spark, capsys, store, out, "--rebuild")
     assert rebuilt_id == run_id
-    for table in ("mirror_records", "mirror_discards"):
+    for table in ("mirror_records", "mirror_discards", "mirror_commits"):
         assert f"warning: {table} of broker a rebuilt from its store: --rebuild" in printed
     assert _mirrored(printed) == _entries(store) == _mirror_rows(out)
     assert _tables(out, run_id) == incremental
@@ -125,6 +128,25 @@ def test_a_growing_store_read_through_its_mirror_gives_the_tables_of_a_full_read
     capsys.readouterr()
     assert _tables(out, "past") == through_mirror
     assert through_mirror["run_summary"]
+
+
+def _the_history_is_a_first_looks(
+    spark: SparkSession, capsys, store: Path, out: Path, first_look: Path
+) -> None:
+    """Every discard_history row of ``out`` (final rows kept from the first run, the others
+    decided through the mirrored commits) is the row a run without the mirror on a new
+    output root writes at the same T (nothing expired yet), but for who decided it."""
+    _run(spark, capsys, store, first_look)
+
+    def decided(root: Path) -> dict[int, dict[str, object]]:
+        who = ("run_id", "first_seen_run_id", "as_of_ms")
+        rows = rows_of(root, "discard_history")
+        return {r["discard_offset"]: {k: v for k, v in r.items() if k not in who} for r in rows}
+
+    history = decided(out)
+    assert history == decided(first_look)
+    outcomes = {row["outcome"] for row in history.values()}
+    assert {"committed", "unresolved"} <= outcomes, outcomes
 
 
 def _the_readme_finds_a_transactions_records(out: Path, capsys) -> None:
@@ -177,7 +199,7 @@ def test_a_killed_run_repeats_cleanly_and_a_replaced_store_is_read_whole_again(
     copy_prefix(other, store, int(record_ends(other, HALF_TOPIC)[-1]))
     _, printed = _run(spark, capsys, store, out, "--mirror")
     rebuilt = re.findall(r"warning: (\S+) of broker a rebuilt from its store: ", printed)
-    assert rebuilt == ["mirror_records", "mirror_discards"], printed
+    assert rebuilt == ["mirror_records", "mirror_discards", "mirror_commits"], printed
     # The other store's rows replace the first's.
     assert _mirrored(printed) == _entries(store) == _mirror_rows(out)
     assert (out / DISCARDS.table / "_delta_log").is_dir()
