@@ -1,12 +1,15 @@
 """The mirror's table (``connectors.mirror``): its state in the commit metadata, and a read
-through it giving the rows a read of the whole store gives."""
+through it giving the rows a read of the whole store gives, also at drawn cut points."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from connectors.mirror import (
@@ -22,7 +25,7 @@ from connectors.rocketmq.mirror_plan import QueueMark
 from connectors.rocketmq.reader import plan_stores, read_options, read_stores
 from connectors.rocketmq.store_files import StoreSpec
 from schemas.messages import HALF_TOPIC
-from simulator.growth import copy_prefix, record_ends
+from simulator.growth import copy_prefix, expire_head, record_ends
 from simulator.simulation import SimConfig, write_store
 
 OPTIONS = read_options(lean=True)
@@ -78,3 +81,44 @@ def test_a_read_through_the_mirror_gives_the_rows_of_a_whole_read(
     again.unpersist()
     assert extension.records == 0
     assert DeltaTable(str(out / MIRROR_TABLE)).version() == version
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.floats(0.05, 0.95), min_size=1, max_size=3, unique=True),
+    st.booleans(),
+)
+def test_reads_at_drawn_cut_points_give_the_rows_of_a_whole_read(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, cuts: list[float], expire: bool
+) -> None:
+    """The store grows to each drawn cut (commit-log and consume-queue files added), read
+    through the mirror after each, then to its end (its head removed by retention first
+    when ``expire``): the last read is the whole read's rows, and the mirror decoded each
+    entry once."""
+    tmp = tmp_path_factory.mktemp("cuts")
+    full, store, out = tmp / "full", tmp / "a", tmp / "out"
+    write_store(SimConfig(transactions=300, seed=5, commitlog_file_size=64 << 10), full)
+    ends = record_ends(full, HALF_TOPIC)
+    decoded = 0
+    for fraction in [*sorted(cuts), 1.0]:
+        copy_prefix(full, store, int(ends[min(len(ends) - 1, int(fraction * len(ends)))]))
+        if fraction == 1.0 and expire:
+            expire_head(store)
+        through, extension = _read(spark, store, out)
+        decoded += extension.records
+        if fraction < 1.0:
+            through.unpersist()
+    whole = read_stores(spark, [StoreSpec("a", store)], lean=True)
+    try:
+        assert extension.committed and extension.plan.rebuilt == {}
+        order = ["topic", "queue_id", "queue_offset"]
+        assert_df_equality(
+            through.messages.orderBy(*order), whole.messages.orderBy(*order), ignore_nullable=True
+        )
+    finally:
+        through.unpersist()
+        whole.unpersist()
+    columns = ["topic", "queue_id", "queue_offset"]
+    mirrored = DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_table(columns=columns)
+    places = list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))
+    assert decoded == len(places) == len(set(places))  # each entry decoded once
