@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from connectors.mirror import MirrorRequest, mirror_root
 from connectors.rocketmq.discards import DiscardSource
 from connectors.rocketmq.reader import parse_store_arg
 from jobs.config import JobConfig, load_config
@@ -116,6 +117,8 @@ def reconcile_stores_to_delta(
     In a session that has Delta (a Databricks-like notebook, or ``build_session(delta=True)``)
     ``writer="auto"`` writes through Spark (delta-spark); elsewhere through delta-rs. Same
     tables and semantics as the command line (a rerun of a run id replaces its rows).
+    ``mirror=True`` (a setting, as ``job.mirror`` in a conf file) reads the stores through
+    their mirror under ``output``, like ``--mirror`` (it needs a local ``output``).
 
     Returns:
         Table name -> rows written.
@@ -124,8 +127,9 @@ def reconcile_stores_to_delta(
     started = time.time()
     probe_workers(spark)
     settled, choice = _settled(as_of, stores, config)
-    inputs = read_store_inputs(spark, stores, config)
-    source = DiscardSource(stores=tuple(stores))
+    mirror = MirrorRequest(mirror_root(output)) if config.mirror else None
+    inputs = read_store_inputs(spark, stores, config, mirror=mirror)
+    source = DiscardSource(stores=tuple(stores), mirror=mirror)
     reconciled = reconcile_inputs(
         spark, inputs, config, settled, source, run_id=run_id, choice=choice, output_root=output
     )

@@ -55,9 +55,11 @@ def test_the_notebook_and_the_command_line_give_the_same_tables(
     finally:
         outputs.release()
 
+    # The notebook's writer through the store's mirror: the same tables.
     counts = reconcile_stores_to_delta(
-        spark, [f"a={store}"], str(notebook_out), as_of=T, run_id="same"
+        spark, [f"a={store}"], str(notebook_out), as_of=T, run_id="same", mirror=True
     )
+    assert (notebook_out / "mirror_records" / "_delta_log").is_dir()
     for table, rows in counts.items():
         written = rows_of(notebook_out, table)
         assert len(written) == rows, table
