@@ -38,7 +38,7 @@ from connectors.rocketmq.probe import entry_at, record_head
 from schemas.messages import HALF_TOPIC
 from simulator.growth import copy_prefix, record_ends
 
-_MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard) records")
+_MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages)")
 
 
 def cut_before(store: Path, minutes: float) -> int:
