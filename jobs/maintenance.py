@@ -103,7 +103,7 @@ def vacuum_tables(
 
 
 def mirror_upkeep(output_root: str, stores: Sequence[str], compact: bool = True) -> list[str]:
-    """Prune and compact both mirror tables under ``output_root``; the lines to print.
+    """Prune and compact every mirror table under ``output_root``; the lines to print.
 
     Raises:
         InputError: a store argument that is not a store, a broker named twice, an output
