@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from connectors.delta_commit import commit_lock
 from connectors.errors import InputError
@@ -113,14 +112,10 @@ def upkeep(
     output root ``root``.
 
     Raises:
-        InputError: no such table, or its newest commit carries no state this release reads.
+        InputError: its newest commit carries no state this release reads.
     """
     path = root / kind.table
     with commit_lock(str(root)):
-        try:
-            DeltaTable(str(path))
-        except TableNotFoundError:
-            raise InputError(f"{path}: no mirror here (a run with --mirror makes it)") from None
         state = load_state(path)
         if state is None:
             raise InputError(

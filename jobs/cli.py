@@ -24,7 +24,8 @@ from pyspark.sql import SparkSession
 from connectors.errors import InputError
 from connectors.mirror import mirror_root
 from connectors.rocketmq.offsets_file import load_store_offsets, read_consumer_offsets
-from connectors.rocketmq.reader import parse_store_arg, validate_store
+from connectors.rocketmq.reader import parse_store_arg
+from connectors.rocketmq.store_files import checked_stores
 from connectors.segments import validate_segment_path
 from jobs import interrupt
 from jobs.config import JobConfig, load_config
@@ -282,13 +283,7 @@ def _validate_segments(args: argparse.Namespace) -> None:
 
 
 def _validate_stores(stores: Sequence[str]) -> None:
-    brokers: set[str] = set()
-    for arg in stores:
-        spec = parse_store_arg(arg)
-        validate_store(spec)
-        if spec.broker in brokers:
-            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
-        brokers.add(spec.broker)
+    for spec in checked_stores(stores):
         load_store_offsets(spec.root)  # malformed without a usable .bak -> InputError now
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from connectors.errors import InputError
-from connectors.rocketmq.store_files import parse_store_arg, validate_store
+from connectors.rocketmq.store_files import checked_stores
 
 DEFAULT_RETENTION_HOURS = 7 * 24
 
@@ -113,19 +113,12 @@ def mirror_upkeep(output_root: str, stores: Sequence[str], compact: bool = True)
     from connectors.mirror_upkeep import upkeep
 
     root = mirror_root(output_root)
-    roots: dict[str, Path] = {}
-    for arg in stores:
-        spec = parse_store_arg(arg)
-        validate_store(spec)
-        if spec.broker in roots:
-            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
-        roots[spec.broker] = Path(spec.root)
-    if not (root / RECORDS.table).is_dir():
+    roots = {spec.broker: spec.root for spec in checked_stores(stores)}
+    made = [kind for kind in MIRROR_KINDS if (root / kind.table / "_delta_log").is_dir()]
+    if RECORDS not in made:
         raise InputError(f"{root}: no mirror here (a run with --mirror makes it)")
     lines = []
-    for kind in MIRROR_KINDS:
-        if not (root / kind.table).is_dir():
-            continue  # no discard record or none naming a real queue read yet
+    for kind in made:  # the others: no discard record, or none naming a real queue, read yet
         done = upkeep(root, kind, roots, compact)
         lines.append(
             f"{done.table}: dropped {done.pruned_rows} row(s) the stores no longer hold;"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +63,19 @@ def validate_store(spec: StoreSpec) -> None:
             f"{root}: not a RocketMQ store (neither commitlog/ nor consumequeue/ found)"
         )
     check_supported(root)  # RocksDB, DLedger, several commit-log paths, a slave: exit 2
+
+
+def checked_stores(args: Sequence[str]) -> list[StoreSpec]:
+    """The ``[NAME=]DIR`` arguments as stores, each checked (``validate_store``); InputError
+    for a broker name given twice."""
+    specs: dict[str, StoreSpec] = {}
+    for arg in args:
+        spec = parse_store_arg(arg)
+        validate_store(spec)
+        if spec.broker in specs:
+            raise InputError(f"broker name '{spec.broker}' given twice; name stores NAME=DIR")
+        specs[spec.broker] = spec
+    return list(specs.values())
 
 
 # --- the store's layout ---------------------------------------------------------------------------

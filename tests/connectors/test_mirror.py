@@ -27,6 +27,7 @@ from connectors.rocketmq.store_files import StoreSpec
 from schemas.messages import HALF_TOPIC
 from simulator.growth import copy_prefix, expire_head, record_ends
 from simulator.simulation import SimConfig, write_store
+from tests.robustness.store import mirrored_places
 
 OPTIONS = read_options(lean=True)
 
@@ -118,7 +119,5 @@ def test_reads_at_drawn_cut_points_give_the_rows_of_a_whole_read(
     finally:
         through.unpersist()
         whole.unpersist()
-    columns = ["topic", "queue_id", "queue_offset"]
-    mirrored = DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_table(columns=columns)
-    places = list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))
+    places = mirrored_places(out, MIRROR_TABLE)
     assert decoded == len(places) == len(set(places))  # each entry decoded once

@@ -170,19 +170,19 @@ def test_each_outcome_from_a_store_a_later_run_merges_and_a_rerun_is_idempotent(
     assert main(late_args, spark=spark) == 0
     assert {r["discard_offset"]: r for r in rows_of(out, "discard_history")} == late
 
-    _a_later_run_keeps_the_final_rows(spark, capsys, store, tmp_path, late)
+    _a_later_run_keeps_the_final_rows(spark, capsys, store, out, tmp_path / "fresh", late)
 
 
 def _a_later_run_keeps_the_final_rows(
     spark: SparkSession,
     capsys: pytest.CaptureFixture[str],
     store: Path,
-    tmp_path: Path,
+    out: Path,
+    fresh: Path,
     late: dict[int, dict[str, Any]],
 ) -> None:
-    """The real queue is deleted after the run ``late``: a later run keeps the final rows as
-    they were; a run on a new output root says ``ended`` of each."""
-    out = tmp_path / "out"
+    """The real queue is deleted after the run ``late`` into ``out``: a later run keeps the
+    final rows as they were; a run on a new output root (``fresh``) says ``ended`` of each."""
     base = ["--store", f"a={store}", "--output", str(out)]
     # The real queue is deleted since: its commits cannot be read any more, and a first
     # look would say `ended`. The final rows stay as they were; the others are decided.
@@ -198,7 +198,6 @@ def _a_later_run_keeps_the_final_rows(
     assert {o: after[o]["run_id"] for o in after if o not in final} == dict.fromkeys(
         set(after) - final, "after"
     )
-    fresh = tmp_path / "fresh"
     fresh_args = ["--store", f"a={store}", "--output", str(fresh), "--as-of", str(T + S)]
     assert main(fresh_args, spark=spark) == 0
     first_look = {r["discard_offset"]: r["outcome"] for r in rows_of(fresh, "discard_history")}

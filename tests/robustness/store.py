@@ -123,3 +123,11 @@ def comparable(rows: list[dict]) -> Counter:
         )
 
     return Counter(key(r) for r in rows)
+
+
+def mirrored_places(root: Path, table: str = "mirror_records") -> list[tuple]:
+    """(topic, queue id, queue offset) of every row of a mirror table under the output root
+    ``root``, as its Delta log lists them: a place twice is a record decoded twice."""
+    columns = ["topic", "queue_id", "queue_offset"]
+    mirrored = DeltaTable(str(root / table)).to_pyarrow_table(columns=columns)
+    return list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))

@@ -10,11 +10,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from connectors.mirror import MIRROR_TABLE
 from jobs.reconcile import main
-from tests.robustness.store import TABLES, T, comparable, half, op, read_table, rows_of, write
+from tests.robustness.store import (
+    TABLES,
+    T,
+    comparable,
+    half,
+    mirrored_places,
+    op,
+    read_table,
+    rows_of,
+    write,
+)
 
 # Real processes killed mid-write and two concurrent runs: minutes of JVM starts, so their own
 # suite (`make test-processes`, run by .ci/run), outside `make test`.
@@ -130,9 +139,7 @@ def test_two_concurrent_runs_on_one_output_root(store, tmp_path):
     other then finds nothing new; the mirror holds each record once."""
     output = tmp_path / "out"
     run_concurrently(store, output, {"left": ["--mirror"], "right": ["--mirror"]})
-    columns = ["topic", "queue_id", "queue_offset"]
-    mirrored = DeltaTable(str(output / MIRROR_TABLE)).to_pyarrow_table(columns=columns)
-    places = list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))
+    places = mirrored_places(output, MIRROR_TABLE)
     records = 2 + len(EXPECTED_PENDING)  # the op, the resolved half and the pending halves
     assert len(places) == len(set(places)) == records
 
