@@ -23,6 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from connectors.delta_read import arrow_dataset
+
 DELTA_LOG = "_delta_log"
 # When a run wrote its summary and how long it took: different in any two runs.
 RUN_TIMING = ("run_summary.written_at_ms", "run_summary.duration_ms")
@@ -61,9 +63,10 @@ def _key(row: dict) -> str:
 
 def read_rows(path: Path, ignored: set[str]) -> tuple[list[str], Counter[str]]:
     """The columns kept and the multiset of rows of the Delta table at ``path``."""
-    from deltalake import DeltaTable
-
-    data = DeltaTable(str(path)).to_pyarrow_table()
+    dataset = arrow_dataset(str(path))
+    if dataset is None:
+        raise SystemExit(f"error: {path} is not a Delta table")
+    data = dataset.to_table()
     columns = [name for name in data.column_names if name not in ignored]
     rows = data.select(columns).to_pylist()
     return columns, Counter(_key(row) for row in rows)

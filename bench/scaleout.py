@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-from deltalake import DeltaTable
 
 from bench.job import run_job
 from bench.stores import bench_root, ensure_stores
+from connectors.delta_read import arrow_dataset
 
 TABLES = ("pending", "check_requests", "discards", "consume_offsets", "run_summary", "bad_records")
 RUN_TIME_COLUMNS = ("written_at_ms", "duration_ms")  # differ between any two runs
@@ -27,10 +26,10 @@ MASTERS = ("local[1]", "local[2]")
 
 
 def read_table(path: Path) -> pa.Table:
-    # The explicit filesystem avoids delta-rs's occasional abort at interpreter exit
-    # (toolchain notes: exit 134 with the default filesystem).
-    fs = pafs.SubTreeFileSystem(str(path), pafs.LocalFileSystem())
-    return pa.table(DeltaTable(str(path)).to_pyarrow_table(filesystem=fs))
+    dataset = arrow_dataset(str(path))
+    if dataset is None:
+        raise SystemExit(f"error: {path} is not a Delta table")
+    return dataset.to_table()
 
 
 def _sorted_rows(table: pa.Table) -> list[str]:

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import absolute_root
+from connectors.delta_read import arrow_dataset
 from schemas.outputs import RUN_SUMMARY_TABLE, SEVERITIES
 from transforms.params import RoundParams
 
@@ -34,29 +35,16 @@ EARLIER_OFFSETS = T.StructType(
 )
 
 
-def _open_summary(root: str) -> Any:
-    """``run_summary`` of the output root (a ``DeltaTable``), or None when there is none.
-    deltalake is imported here: the Python workers import this module (through
-    ``jobs.run``) and do not need it."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        return DeltaTable(f"{absolute_root(root)}/{RUN_SUMMARY_TABLE}")
-    except TableNotFoundError:
-        return None
-
-
 def earlier_offsets(root: str, run_id: str, as_of_ms: int, runs: int) -> list[dict[str, Any]]:
     """Per (broker, queue_id), h0 and p0 of the ``runs - 1`` latest earlier runs of the
     output root before T (``run_summary``; ``run_id`` itself excluded, like
     ``jobs.history``). Reruns of one T count once: the larger run id is taken."""
-    summary = _open_summary(root)
+    summary = arrow_dataset(f"{absolute_root(root)}/{RUN_SUMMARY_TABLE}")
     if summary is None:
         return []
     columns = ["broker", "queue_id", "run_id", "as_of_ms", "h0", "p0"]
     by_t: dict[tuple[str, int, int], tuple[str, dict[str, Any]]] = {}
-    for row in summary.to_pyarrow_table(columns=columns).to_pylist():  # runs x queues rows
+    for row in summary.to_table(columns=columns).to_pylist():  # runs x queues rows
         if row["run_id"] == run_id or row["as_of_ms"] >= as_of_ms or row["h0"] is None:
             continue
         key = (row["broker"], row["queue_id"], row["as_of_ms"])

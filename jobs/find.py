@@ -33,10 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 
 from connectors.delta_commit import local_root
+from connectors.delta_read import arrow_dataset
 from connectors.errors import InputError
 from jobs.find_store import NO_ANSWER, StoreAnswer, search_stores
 from schemas.outputs import (
@@ -203,11 +202,10 @@ class Found:
 
 
 def _dataset(root: str, table: str, notes: list[str]) -> ds.Dataset | None:
-    try:
-        return DeltaTable(f"{root}/{table}").to_pyarrow_dataset()
-    except TableNotFoundError:
+    dataset = arrow_dataset(f"{root}/{table}")
+    if dataset is None:
         notes.append(f"note: {root} has no {table} table")
-        return None
+    return dataset
 
 
 def search_tables(root: str, runs: Sequence[LatestRun], keys: Sequence[str]) -> Found:
@@ -340,12 +338,11 @@ def read_summary(root: str) -> pa.Table:
     folder = local_root(root)
     if folder is not None and not folder.is_dir():
         raise InputError(f"--output {root}: output root not found")
-    try:
-        dataset = DeltaTable(f"{root}/{RUN_SUMMARY_TABLE}").to_pyarrow_dataset()
-    except TableNotFoundError:
+    dataset = arrow_dataset(f"{root}/{RUN_SUMMARY_TABLE}")
+    if dataset is None:
         raise InputError(
             f"--output {root}: no {RUN_SUMMARY_TABLE} table (not an output root of this job)"
-        ) from None
+        )
     summary = dataset.to_table(columns=["broker", "run_id", "as_of_ms", "inputs"])
     if summary.num_rows == 0:
         raise InputError(f"--output {root}: no run written yet")

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import PARTITION_COLUMN, absolute_root
+from connectors.delta_read import arrow_dataset
 from schemas.outputs import (
     DISCARD_HISTORY,
     DISCARD_HISTORY_TABLE,
@@ -61,10 +62,10 @@ def latest_earlier_runs(root: str, run_id: str, as_of_ms: int) -> list[EarlierRu
     """Per broker, the latest run before T (by ``as_of_ms``, then run id) other than
     ``run_id``. A run at T or after it is not history for T (a backfill of an older T must
     not inherit from the future), and a rerun of ``run_id`` ignores its own earlier rows."""
-    summary = _open(root, RUN_SUMMARY_TABLE)
+    summary = arrow_dataset(f"{absolute_root(root)}/{RUN_SUMMARY_TABLE}")
     if summary is None:
         return []
-    rows = summary.to_pyarrow_table(columns=["broker", "run_id", "as_of_ms"]).to_pylist()
+    rows = summary.to_table(columns=["broker", "run_id", "as_of_ms"]).to_pylist()
     latest: dict[str, tuple[int, str]] = {}
     for row in rows:  # one row per queue and run: the table's size is runs x queues
         if row["run_id"] == run_id or row["as_of_ms"] >= as_of_ms:

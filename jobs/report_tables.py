@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
-import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
-from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
+import pyarrow.compute as pc
 
+from connectors.delta_commit import PARTITION_COLUMN
+from connectors.delta_read import arrow_dataset
 from schemas.outputs import (
     ANOMALIES_TABLE,
     BAD_RECORDS_TABLE,
@@ -55,15 +54,6 @@ def _table_path(output: str, table: str) -> str:
     return output.rstrip("/") + "/" + table
 
 
-def _filesystem(path: str) -> SubTreeFileSystem | None:
-    # A local SubTreeFileSystem avoids delta-rs' default filesystem, which can abort the
-    # process at exit in short scripts; object-store URIs keep the default.
-    if "://" in path and not path.startswith("file://"):
-        return None
-    local = path.removeprefix("file://")
-    return SubTreeFileSystem(os.path.abspath(local), LocalFileSystem())
-
-
 def read_table(
     output: str,
     table: str,
@@ -71,18 +61,11 @@ def read_table(
     columns: Sequence[str] | None = None,
 ) -> pd.DataFrame | None:
     """One Delta table (optionally one run's partition) as pandas; None when the table is absent."""
-    path = _table_path(output, table)
-    try:
-        delta = DeltaTable(path)
-    except TableNotFoundError:
+    dataset = arrow_dataset(_table_path(output, table))
+    if dataset is None:
         return None
-    filters = [("run_id", "=", run_id)] if run_id is not None else None
-    arrow = delta.to_pyarrow_table(
-        filters=filters,
-        columns=list(columns) if columns else None,
-        filesystem=_filesystem(path),
-    )
-    return pa.table(arrow).to_pandas()
+    of_run = pc.field(PARTITION_COLUMN) == run_id if run_id is not None else None
+    return dataset.to_table(filter=of_run, columns=list(columns) if columns else None).to_pandas()
 
 
 def newest_run_id(output: str) -> str:
