@@ -70,7 +70,7 @@ def job_round(spark, source: str, recorded, tmp_root: Path, *, cli_first: bool =
 
 
 def _cli_round(recorded, out: Path) -> JobRound:
-    from deltalake import DeltaTable
+    from tests.robustness.store import read_table
 
     args = _broker_args(recorded)
     argv = [
@@ -96,9 +96,9 @@ def _cli_round(recorded, out: Path) -> JobRound:
     ]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{' '.join(argv)}: exit {done.returncode}: {done.stderr[-1500:]}"
-    pending = DeltaTable(str(out / "pending")).to_pyarrow_table().to_pylist()
-    run_summary = DeltaTable(str(out / "run_summary")).to_pyarrow_table().to_pylist()
-    offsets = DeltaTable(str(out / "consume_offsets")).to_pyarrow_table().to_pylist()
-    checks = DeltaTable(str(out / "check_requests")).to_pyarrow_table().to_pylist()
-    discards = DeltaTable(str(out / "discards")).to_pyarrow_table().to_pylist()
+    pending = read_table(out, "pending").to_pylist()
+    run_summary = read_table(out, "run_summary").to_pylist()
+    offsets = read_table(out, "consume_offsets").to_pylist()
+    checks = read_table(out, "check_requests").to_pylist()
+    discards = read_table(out, "discards").to_pylist()
     return JobRound.from_rows(pending, run_summary, offsets, checks, discards)

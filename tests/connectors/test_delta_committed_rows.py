@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from connectors.delta import DeltaRsOutput, RowsNotCommittedError
+from tests.robustness.store import read_table
 
 SCHEMA = T.StructType([T.StructField("run_id", T.StringType()), T.StructField("n", T.LongType())])
 
@@ -25,7 +26,7 @@ def test_rows_written_and_committed_agree(spark: SparkSession, tmp_path: Path) -
     output.ensure_table("t", SCHEMA)
 
     assert output.replace_run("t", _frame(spark, 10), SCHEMA, "r1") == 10
-    assert DeltaTable(str(tmp_path / "t")).to_pyarrow_table().num_rows == 10
+    assert read_table(tmp_path, "t").num_rows == 10
 
 
 def test_a_file_the_driver_cannot_see_fails_the_write_and_commits_nothing(

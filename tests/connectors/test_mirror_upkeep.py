@@ -24,6 +24,7 @@ from schemas.messages import HALF_TOPIC, OP_TOPIC
 from simulator.growth import copy_prefix, expire_head, record_ends
 from simulator.simulation import SimConfig, write_store
 from tests.connectors.test_mirror import _read
+from tests.robustness.store import read_table
 
 ORDER = ["topic", "queue_id", "queue_offset"]
 
@@ -39,7 +40,7 @@ def test_the_prune_predicate_names_each_queue_below_its_cut() -> None:
 def _stale_rows(out: Path, store: Path) -> int:
     """The mirror's rows of entries before the first its store holds readable now."""
     log = CommitLogHeads.of(store)
-    table = DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_table(columns=ORDER)
+    table = read_table(out, MIRROR_TABLE).select(ORDER)
     stale = 0
     for topic in (HALF_TOPIC, OP_TOPIC):
         bounds = queue_bounds(store, log, topic, 0)
@@ -95,11 +96,11 @@ def test_a_store_that_is_not_the_mirrors_is_left_alone(spark: SparkSession, tmp_
     write_store(SimConfig(transactions=200, seed=4, commitlog_file_size=128 << 10), other)
     read, _ = _read(spark, store, out)
     read.unpersist()
-    rows = DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_dataset().count_rows()
+    rows = read_table(out, MIRROR_TABLE).num_rows
     done = upkeep(out, RECORDS, {"a": other}, compact=False)
     assert done.pruned_rows == 0 and len(done.skipped) == 1
     assert done.skipped[0].startswith("a: ") and "reads it whole again" in done.skipped[0]
-    assert DeltaTable(str(out / MIRROR_TABLE)).to_pyarrow_dataset().count_rows() == rows
+    assert read_table(out, MIRROR_TABLE).num_rows == rows
 
 
 def test_an_output_root_without_a_mirror_is_one_error_line(

@@ -14,7 +14,7 @@ from connectors.delta import IVY_DIR_ENV, delta_spark_coordinate, ivy_dir
 from jobs.package import build, command
 from tests.delta.helpers import commit_infos, engine
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
-from tests.jobs.test_cli import read_table
+from tests.robustness.store import read_table
 
 pytestmark = pytest.mark.delta
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import pytest
-from deltalake import DeltaTable
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
@@ -25,7 +23,7 @@ from tests.jobs.segments import (
     write_parquet_segments,
 )
 from tests.robustness.store import T as STORE_T
-from tests.robustness.store import base_rows
+from tests.robustness.store import base_rows, read_table
 from tests.robustness.store import write as write_store
 from tests.spark_cache import holds_cached_frames
 
@@ -33,13 +31,6 @@ from tests.spark_cache import holds_cached_frames
 pytestmark = pytest.mark.runs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def read_table(root: Path, table: str):
-    path = str(root / table)
-    return DeltaTable(path).to_pyarrow_table(
-        filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem())
-    )
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

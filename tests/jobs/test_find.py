@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from connectors.rocketmq.reader import parse_store_arg, read_batches
@@ -29,6 +29,7 @@ from jobs.find import (
 )
 from schemas.messages import HALF_TOPIC
 from simulator.simulation import SimConfig, write_store
+from tests.robustness.store import read_table
 
 T1, T2 = 1_750_000_000_000, 1_750_000_600_000  # 2025-06-15T15:06:40Z and 10 min later
 
@@ -234,7 +235,7 @@ def test_bad_input_is_one_error_line_and_exit_2(
 
 
 def _column(out: Path, table: str, *columns: str) -> list[dict[str, Any]]:
-    return DeltaTable(str(out / table)).to_pyarrow_table(columns=list(columns)).to_pylist()
+    return read_table(out, table).select(list(columns)).to_pylist()
 
 
 def _resolved_key(store: Path, out: Path, as_of_ms: int) -> str:

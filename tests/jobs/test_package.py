@@ -15,7 +15,7 @@ import pytest
 
 from jobs.package import build
 from tests.jobs.segments import AS_OF, segment_argv, write_parquet_segments
-from tests.jobs.test_cli import read_table
+from tests.robustness.store import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

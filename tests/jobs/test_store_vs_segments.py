@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from jobs.reconcile import main
 from schemas.messages import MESSAGE_COLUMNS
 from simulator.simulation import SimConfig, write_store
-from tests.jobs.test_cli import read_table
+from tests.robustness.store import read_table
 
 # Whole runs of the job: `make test-runs`, not `make test`.
 pytestmark = pytest.mark.runs

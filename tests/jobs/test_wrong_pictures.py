@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from jobs.reconcile import main
 from tests.jobs.segments import AS_OF, NEWEST_STORE_MS, segment_argv, write_parquet_segments
-from tests.jobs.test_cli import read_table
+from tests.robustness.store import read_table
 
 # Whole runs of the job: `make test-runs`, not `make test`.
 pytestmark = pytest.mark.runs

@@ -7,9 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.fs as pafs
-from deltalake import DeltaTable
 
+from connectors.delta_read import arrow_dataset
 from simulator.writer import StoreWriter
 from tests.connectors.reference import messages_table
 
@@ -92,10 +91,9 @@ def patch(path: Path, position: int, data: bytes) -> None:
 
 
 def read_table(root: Path, table: str) -> pa.Table:
-    path = str(root / table)
-    return DeltaTable(path).to_pyarrow_table(
-        filesystem=pafs.SubTreeFileSystem(path, pafs.LocalFileSystem())
-    )
+    dataset = arrow_dataset(str(root / table))
+    assert dataset is not None, f"no {table} table under {root}"
+    return dataset.to_table()
 
 
 def rows_of(root: Path, table: str, run_id: str | None = None) -> list[dict]:
@@ -129,5 +127,5 @@ def mirrored_places(root: Path, table: str = "mirror_records") -> list[tuple]:
     """(topic, queue id, queue offset) of every row of a mirror table under the output root
     ``root``, as its Delta log lists them: a place twice is a record decoded twice."""
     columns = ["topic", "queue_id", "queue_offset"]
-    mirrored = DeltaTable(str(root / table)).to_pyarrow_table(columns=columns)
+    mirrored = read_table(root, table).select(columns)
     return list(zip(*(mirrored.column(name).to_pylist() for name in columns), strict=True))
