@@ -102,7 +102,9 @@ class OutputWriter(Protocol):
 
     def merge_offsets(self, rows: pa.Table, schema: T.StructType) -> int: ...
 
-    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int: ...
+    def merge_rows(
+        self, table: str, frame: DataFrame, schema: T.StructType, metadata: str | None = None
+    ) -> int: ...
 
 
 def open_output(

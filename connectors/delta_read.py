@@ -11,7 +11,8 @@ threads is still alive: the work done, the exit code lost. A table on an object 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 from pyarrow.fs import LocalFileSystem, SubTreeFileSystem
 
@@ -19,6 +20,11 @@ from connectors.delta_commit import local_root
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+# Commits that change no row: a vacuum writes a start and an end commit
+# (``jobs.maintenance vacuum``), a compaction rewrites files (``OPTIMIZE``).
+NO_ROW_CHANGE = ("VACUUM START", "VACUUM END", "OPTIMIZE")
 
 
 def table_filesystem(path: str) -> SubTreeFileSystem | None:
@@ -44,3 +50,19 @@ def arrow_dataset(path: str, version: int | None = None) -> ds.Dataset | None:
     except TableNotFoundError:
         return None
     return table.to_pyarrow_dataset(filesystem=table_filesystem(path))
+
+
+def newest_data_commit(
+    table: DeltaTable, skipped: Collection[str] = NO_ROW_CHANGE
+) -> dict[str, Any] | None:
+    """The commit information of the newest commit of ``table`` whose operation is not
+    one of ``skipped``, read from the newest back in a few growing windows (maintenance
+    between runs adds a few each); None when every commit is."""
+    for limit in (8, 128, None):
+        commits = table.history(limit)  # newest first
+        for commit in commits:
+            if commit.get("operation") not in skipped:
+                return commit
+        if limit is None or len(commits) < limit:
+            return None
+    return None

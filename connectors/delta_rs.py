@@ -45,6 +45,7 @@ from connectors.delta_commit import (
     partition_columns,
     update_predicate,
 )
+from schemas.decided_view import VIEW_KEY
 from schemas.outputs import CONSUME_OFFSETS_TABLE
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -230,10 +231,13 @@ class DeltaRsOutput:
             _retry(commit)
         return source.num_rows
 
-    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int:
+    def merge_rows(
+        self, table: str, frame: DataFrame, schema: T.StructType, metadata: str | None = None
+    ) -> int:
         """Merge ``frame`` into a merged table (``delta_commit.MERGED_TABLES``) on its key:
         a matching row is updated by a run at the same T or later, keeping
-        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay.
+        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay. ``metadata``: the
+        run's ``DecidedView`` text, kept in the commit (``VIEW_KEY``).
 
         Executors write the rows as Parquet into a scratch folder of the table (Delta
         readers ignore folders starting with ``_``); delta-rs streams them from there into
@@ -251,13 +255,19 @@ class DeltaRsOutput:
             found = sum(pq.read_metadata(f).num_rows for f in files)
             check_committed_rows(table, written.get["rows"], found, staging)
             arrow = to_arrow_schema(schema)
+            kept = {VIEW_KEY: metadata} if metadata is not None else None
+            properties = CommitProperties(custom_metadata=kept) if kept else None
 
             def commit() -> None:
                 reader = ds.dataset(files, schema=arrow, format="parquet").scanner().to_reader()
                 (
                     DeltaTable(str(path))
                     .merge(
-                        reader, predicate=merge_predicate(table), source_alias="s", target_alias="t"
+                        reader,
+                        predicate=merge_predicate(table),
+                        source_alias="s",
+                        target_alias="t",
+                        commit_properties=properties,
                     )
                     .when_matched_update(
                         merge_updates(schema.fieldNames()), predicate=update_predicate(table)

@@ -29,6 +29,7 @@ from connectors.delta_commit import (
     update_predicate,
 )
 from connectors.delta_jars import DeltaUnavailableError, can_write_delta
+from schemas.decided_view import VIEW_KEY
 from schemas.outputs import CONSUME_OFFSETS_TABLE
 
 
@@ -130,15 +131,18 @@ class DeltaSparkOutput:
             _retry_spark(merge)
             return self._rows_of_commit(location, token, "numSourceRows")
 
-    def merge_rows(self, table: str, frame: DataFrame, schema: T.StructType) -> int:
+    def merge_rows(
+        self, table: str, frame: DataFrame, schema: T.StructType, metadata: str | None = None
+    ) -> int:
         """Merge ``frame`` into a merged table on its key (see ``DeltaRsOutput.merge_rows``):
         a matching row is updated by a run at the same T or later, keeping
-        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay."""
+        ``KEEP_ON_UPDATE``; a new key is inserted; other rows stay. ``metadata`` is kept
+        in the commit's ``userMetadata`` token, under ``VIEW_KEY``."""
         from delta.tables import DeltaTable as SparkDeltaTable
 
         location = self.table_location(table)
         source = conform(frame, schema).alias("s")
-        token = _commit_token(str(uuid.uuid4()))
+        token = _commit_token(str(uuid.uuid4()), {VIEW_KEY: metadata} if metadata else None)
         # delta-spark takes the update as a dict of str | Column (a dict is invariant): widen it.
         updates: dict[str, str | Column] = dict(merge_updates(schema.fieldNames()))
 
@@ -180,9 +184,11 @@ def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
 HISTORY_SCAN = 50  # commits searched for this writer's own (concurrent runs may add some)
 
 
-def _commit_token(label: str) -> str:
-    """A unique marker for one commit's ``userMetadata`` (readable: it names the run)."""
-    return json.dumps({"writer": "rmq-txn-reconcile", "run": label, "commit": uuid.uuid4().hex})
+def _commit_token(label: str, also: dict[str, str] | None = None) -> str:
+    """A unique marker for one commit's ``userMetadata`` (readable: it names the run), with
+    ``also`` beside it."""
+    token = {"writer": "rmq-txn-reconcile", "run": label, "commit": uuid.uuid4().hex}
+    return json.dumps({**token, **(also or {})})
 
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

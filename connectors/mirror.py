@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -37,6 +36,7 @@ from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
 from connectors.delta_commit import TABLE_PROPERTIES, commit_lock, local_root
+from connectors.delta_read import newest_data_commit
 from connectors.delta_rs import check_committed_rows, partition_folder
 from connectors.errors import InputError
 from connectors.rocketmq.combined import ReadOptions
@@ -55,9 +55,9 @@ from connectors.rocketmq.reader import (
 MIRROR_PARTITIONS = ("broker", "topic")
 # The commit metadata key that holds the marks (``MirrorState``), and their format.
 STATE_KEY = "rmq_txn_reconcile_mirror"
-# Commits that change no row and carry no state: a vacuum writes a start and an end commit
-# (jobs.maintenance vacuum). The state is read from the newest other commit.
-NO_ROW_CHANGE = ("VACUUM START", "VACUUM END")
+# Commits that carry no state: a vacuum writes a start and an end commit (jobs.maintenance
+# vacuum). The state is read from the newest other commit (a compaction carries it).
+NO_STATE = ("VACUUM START", "VACUUM END")
 STATE_FORMAT = 1
 
 
@@ -142,24 +142,11 @@ def load_state(path: Path) -> MirrorState | None:
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return {}
-    newest = _newest_data_commit(table)
+    newest = newest_data_commit(table, NO_STATE)
     if newest is None or newest.get("version") == 0:
         return {}  # created, nothing committed into it yet
     text = newest.get(STATE_KEY)
     return parse_state(text) if isinstance(text, str) else None
-
-
-def _newest_data_commit(table: DeltaTable) -> dict[str, Any] | None:
-    """The newest commit of ``table`` that is not a vacuum's (``NO_ROW_CHANGE``), read from
-    the newest back in a few growing windows: vacuums run between runs add two each."""
-    for limit in (8, 128, None):
-        commits = table.history(limit)  # newest first
-        for commit in commits:
-            if commit.get("operation") not in NO_ROW_CHANGE:
-                return commit
-        if limit is None or len(commits) < limit:
-            return None
-    return None
 
 
 def mirror_root(output: str) -> Path:
@@ -190,6 +177,17 @@ class Extension:
     plan: MirrorPlan
     records: int  # rows decoded into the mirror (records and bad records)
     committed: bool  # False: the decode could not place every row; read live instead
+
+    def read_ends(self, topic: str | None = None) -> dict[QueueKey, int]:
+        """Per queue (of ``topic``, or all) read from the mirror, the first queue offset the
+        run did not read from it (``schemas.decided_view``); none when the run read live."""
+        if not self.committed:
+            return {}
+        return {
+            key: end
+            for key, (_, end) in self.plan.ranges.items()
+            if topic is None or key[1] == topic
+        }
 
 
 class Mirror:
@@ -381,11 +379,13 @@ def read_through_mirror(
     options: ReadOptions,
     request: MirrorRequest,
     kind: MirrorKind = RECORDS,
+    hold: bool = True,
 ) -> tuple[StoreRead, Extension]:
     """The read of ``plan``'s stores (``roots``: broker -> store root) through the mirror
     ``kind`` of ``request``: the mirror extended first (``--rebuild``: every broker of the
     run read whole again), then its rows and the live units' read together, held for the
-    run like ``read_stores``'s."""
+    run like ``read_stores``'s. ``hold=False``: rows of the mirror alone are left a lazy
+    scan, which a consumer's filter prunes (live rows are decoded, and always held)."""
     if to_arrow_schema(kind.schema) != options.arrow_schema:
         raise ValueError(f"{kind.table} holds other columns than this read decodes")
     mirror = Mirror(spark, request.root, kind)
@@ -403,7 +403,9 @@ def read_through_mirror(
         if parts
         else spark.createDataFrame([], kind.schema)
     )
-    read = split_read(spark, plan, options, combined.persist(StorageLevel.MEMORY_AND_DISK))
+    if hold or extension.plan.live:
+        combined = combined.persist(StorageLevel.MEMORY_AND_DISK)
+    read = split_read(spark, plan, options, combined)
     return read, extension
 
 

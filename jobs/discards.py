@@ -28,9 +28,11 @@ from connectors.rocketmq.discards import (
     readable_queues,
     unread_queue_notes,
 )
+from connectors.rocketmq.mirror_plan import QueueKey
 from connectors.rocketmq.read_tasks import NO_RECORD_PLACE
 from jobs.config import JobConfig
 from jobs.materialize import SparkMaterializer
+from schemas.decided_view import DecidedView
 from schemas.outputs import ANOMALY, BAD_RECORD, DISCARD_HISTORY
 from transforms.anomaly_rules.pending import discarded_without_check
 from transforms.discard_final import final_rows, kept_rows, open_evidence
@@ -44,6 +46,7 @@ from transforms.discard_history import (
     evidence_from,
 )
 from transforms.discard_inputs import named_real_queues, not_reported, usable_discards
+from transforms.discard_since import carried_keys, fresh_floors, since_evidence, with_carried
 from transforms.round import RoundState
 
 
@@ -60,22 +63,50 @@ class DiscardHistory:
     notes: list[str]
     release: Callable[[], None]
     mirror_lines: list[str]  # what the reads through the discard and commits' mirrors printed
+    view: DecidedView | None = None  # what this run decided against (read through the mirror)
+
+
+@dataclass(frozen=True)
+class Views:
+    """What the discard history is decided against, read through the mirror: ``earlier``,
+    the view of the run that last changed ``discard_history`` (``jobs.history.decided_view``;
+    None: every row decided in full); this run's op queues (``op_read_ends``) and the brokers
+    its read of the half and op records read again from the store (``rebuilt``)."""
+
+    earlier: DecidedView | None
+    op_read_ends: Mapping[QueueKey, int]
+    rebuilt: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class _Named:
+    """The driver's aggregate of the discard records before T (``_named_queues``)."""
+
+    queues: list[RealQueue]  # the real queues the open records name, when read from stores
+    records: int  # every discard record before T
+    carried: int  # open records decided against what arrived since
+    fresh: int  # open records decided in full
 
 
 def _named_queues(
-    usable: DataFrame, as_of_ms: int, stores: Sequence[str], kept: DataFrame | None
-) -> tuple[list[RealQueue], int]:
-    """(the real queues the open discard records before T name, when read from stores; how
-    many discard records there are before T): one aggregate for both, the one decision the
-    discard history takes on the driver (which queues to read). A record whose row is final
-    (``kept``) needs no read of its queue."""
-    counted = named_real_queues(usable, as_of_ms, kept).collect()  # one row per named queue
+    usable: DataFrame,
+    as_of_ms: int,
+    stores: Sequence[str],
+    kept: DataFrame | None,
+    carried: DataFrame | None,
+) -> _Named:
+    """The real queues the open discard records before T name and the counts of ``_Named``:
+    one aggregate for all, the one decision the discard history takes on the driver (which
+    queues to read). A record whose row is final (``kept``) needs no read of its queue."""
+    counted = named_real_queues(usable, as_of_ms, kept, carried).collect()  # a row per queue
     named = sorted(
         (row[0], row[1], row[2])
         for row in counted
         if row[1] is not None and row[2] is not None and row["open_records"]
     )
-    return (named if stores else []), sum(row["records"] for row in counted)
+    carried_n = sum(row["carried_records"] for row in counted)
+    fresh = sum(row["open_records"] for row in counted) - carried_n
+    return _Named(named if stores else [], sum(row["records"] for row in counted), carried_n, fresh)
 
 
 @dataclass(frozen=True)
@@ -89,6 +120,17 @@ class _Evidence:
     real_bad: DataFrame
     release: Callable[[], None]
     mirror_lines: list[str]  # what the read through the commits' mirror printed
+    commit_read_ends: dict[QueueKey, int]  # the real queues read through the commits' mirror
+
+
+@dataclass(frozen=True)
+class _Since:
+    """The open rows decided against what arrived since ``view`` (``carried``:
+    ``DISCARD_KEY``), unless their broker was read again from its store (``rebuilt``)."""
+
+    view: DecidedView
+    carried: DataFrame
+    rebuilt: frozenset[str]
 
 
 def _evidence(
@@ -98,20 +140,23 @@ def _evidence(
     state: RoundState,
     usable: DataFrame,
     kept: DataFrame | None,
+    named: _Named,
     queues: Sequence[RealQueue],
-    discarded: int,
+    since: _Since | None,
     materializer: SparkMaterializer,
 ) -> _Evidence:
-    """The evidence of ``discarded`` discard records (``usable``) whose real queues
-    ``queues`` can be read; ``kept``: the final rows earlier runs decided."""
+    """The evidence of the discard records (``usable``, ``named``) whose real queues
+    ``queues`` can be read; ``kept``: the final rows earlier runs decided; ``since``: the
+    rows decided against what arrived since the last run's view."""
     params = state.params
     assert state.evidence is not None  # checked by the caller
     # A discarded transaction has about check_max + 2 half records before T (its original,
     # its check copies, an immunity copy): that many rows per discard decide whether they
     # are broadcast against every op item and commit; the discard rows alone whether they
     # are broadcast against every half record.
-    few = discarded <= materializer.broadcast_rows
-    small = discarded * (params.check_max + 2) <= materializer.broadcast_rows
+    per_discard = params.check_max + 2
+    few = named.records <= materializer.broadcast_rows
+    small = named.records * per_discard <= materializer.broadcast_rows
     every = evidence_from(
         state.evidence,
         usable,
@@ -124,8 +169,11 @@ def _evidence(
         few,
     )
     decide = every
-    if kept is not None:  # the rules read the open rows' half records several times
+    if kept is not None:
         decide = open_evidence(every, kept)
+    if since is not None:
+        decide = replace(decide, linked=with_carried(decide.linked, since.carried))
+    if decide is not every:  # the rules read the open rows' half records several times
         decide = replace(decide, linked=materializer.kept(decide.linked))
     # The real queues are read once the discarded transactions' half records are known:
     # their commit-log offsets say which commits are worth decoding (the mirror holds
@@ -135,7 +183,22 @@ def _evidence(
         filters = commit_filters(discard_offsets(decide.linked))
     real = read_real_queues(spark, source.stores, queues, config.verify_crc, filters, source.mirror)
     commits = replace(decide, commits=real.records)
-    return _Evidence(every, commits, real.bad_records, real.release, real.mirror_lines)
+    if since is not None:
+        view = since.view.without(since.rebuilt | real.rebuilt)
+        commits = since_evidence(commits, view, _floors(decide.linked, named))
+    return _Evidence(
+        every, commits, real.bad_records, real.release, real.mirror_lines, real.read_ends
+    )
+
+
+def _floors(linked: DataFrame, named: _Named) -> dict[str, int]:
+    """Per broker with rows decided in full, the store time from which their evidence is
+    read (``fresh_floors``): one aggregate of the held half records, which bounds the scans
+    of every op item and commit (none when every open row is carried)."""
+    if not named.fresh:
+        return {}
+    rows = fresh_floors(linked).collect()  # one row per broker
+    return {row["broker"]: row["floor_ms"] for row in rows if row["floor_ms"] is not None}
 
 
 def _kept(
@@ -151,18 +214,37 @@ def _kept(
     return keep(kept_rows(discard_rows(usable, as_of_ms), final_rows(earlier, as_of_ms)))
 
 
+def _since(
+    usable: DataFrame,
+    earlier: DataFrame | None,
+    views: Views | None,
+    as_of_ms: int,
+    keep: Callable[[DataFrame], DataFrame],
+) -> _Since | None:
+    """The rows decided against what arrived since the last run's view: none without an
+    earlier ``discard_history`` or a view (a run without the mirror, ``--rebuild``)."""
+    if earlier is None or views is None or views.earlier is None:
+        return None
+    view = views.earlier
+    carried = keep(carried_keys(discard_rows(usable, as_of_ms), earlier, view, as_of_ms))
+    return _Since(view, carried, views.rebuilt)
+
+
 def build_discard_history(
     spark: SparkSession,
     source: DiscardSource,
     config: JobConfig,
     state: RoundState,
     earlier: DataFrame | None = None,
+    views: Views | None = None,
 ) -> DiscardHistory:
     """Read the discard records and the evidence beside the round's own frames (``state``:
     its half, op and op-item records, pending rows and bad records), and decide the row of
     every discard record whose row is not final yet (``earlier``: the output root's
     ``discard_history``, ``jobs.history.earlier_discard_history``; its final rows are
-    kept as they are)."""
+    kept as they are). ``views``: read through the mirror (``Views``): the rows the last
+    run left ``unresolved`` are decided against what arrived since, and the history
+    carries this run's view."""
     params = state.params
     if state.evidence is None:
         raise ValueError("the discard history reads the round's records: this round kept none")
@@ -173,9 +255,13 @@ def build_discard_history(
     usable, bad = usable_discards(read.records, read.bad_records, params.as_of_ms)
     usable = keep(usable)
     kept = _kept(usable, earlier, params.as_of_ms, keep)
-    named, discarded = _named_queues(usable, params.as_of_ms, source.stores, kept)
-    queues = readable_queues(source.stores, named)
-    if not discarded:
+    since = _since(usable, earlier, views, params.as_of_ms, keep)
+    named = _named_queues(
+        usable, params.as_of_ms, source.stores, kept, since.carried if since else None
+    )
+    queues = readable_queues(source.stores, named.queues)
+    commit_ends: dict[QueueKey, int] = {}
+    if not named.records:
         # Nothing discarded (the usual case): the evidence joins would read the round's
         # records for nothing, and no discard record names a real queue.
         history = spark.createDataFrame([], DISCARD_HISTORY)
@@ -184,10 +270,10 @@ def build_discard_history(
         commit_lines: list[str] = []
     else:
         evidence = _evidence(
-            spark, source, config, state, usable, kept, queues, discarded, materializer
+            spark, source, config, state, usable, kept, named, queues, since, materializer
         )
         real_bad, release_real = evidence.real_bad, evidence.release
-        commit_lines = evidence.mirror_lines
+        commit_lines, commit_ends = evidence.mirror_lines, evidence.commit_read_ends
         history = keep(discard_history(evidence.open, params, kept))
         unchecked = keep(discarded_without_check(discarded_unchecked(evidence.every)))
     bad = bad.unionByName(real_bad.select(*BAD_RECORD.fieldNames()))
@@ -198,9 +284,17 @@ def build_discard_history(
         release_real()
         read.release()
 
-    notes = [*read.notes, *unread_queue_notes(named, queues)]
+    notes = [*read.notes, *unread_queue_notes(named.queues, queues)]
     lines = [*read.mirror_lines, *commit_lines]
-    return DiscardHistory(history, unchecked, bad, notes, release, lines)
+    view = None
+    if views is not None:
+        view = DecidedView(params.run_id, params.as_of_ms, {**views.op_read_ends, **commit_ends})
+        if since is not None:
+            lines.append(
+                f"mirror: {named.carried} open discard row(s) decided against what arrived"
+                f" since run {since.view.run_id}"
+            )
+    return DiscardHistory(history, unchecked, bad, notes, release, lines, view)
 
 
 def outcome_counts(history: DataFrame) -> DataFrame:

@@ -7,7 +7,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 
 from connectors.errors import InputError
 from connectors.mirror import RECORDS, MirrorRequest, mirror_lines, read_through_mirror
+from connectors.rocketmq.mirror_plan import QueueKey
 from connectors.rocketmq.offsets_file import committed_rows, read_consumer_offsets
 from connectors.rocketmq.probe import StoreTimes, transaction_times
 from connectors.rocketmq.reader import (
@@ -28,7 +29,7 @@ from connectors.rocketmq.reader import (
 )
 from connectors.segments import read_segments
 from jobs.config import JobConfig
-from schemas.messages import COMMITTED_OFFSET
+from schemas.messages import COMMITTED_OFFSET, OP_TOPIC
 from transforms.messages import as_lean
 from transforms.round import NOTE
 from transforms.staleness import stale_after_ms
@@ -286,6 +287,10 @@ class Inputs:
     offsets_unique: bool = False
     # What a read through the mirror prints (``mirror_lines``).
     mirror_lines: tuple[str, ...] = ()
+    # Read through the mirror: per op queue, the first offset not read (what the run's
+    # decisions saw, ``schemas.decided_view``), and the brokers read again from the store.
+    op_read_ends: Mapping[QueueKey, int] = field(default_factory=dict)
+    mirror_rebuilt: frozenset[str] = frozenset()
 
     def persist(self) -> Inputs:
         """Cache the records once; the store reader's output is cached already."""
@@ -317,6 +322,8 @@ def read_store_inputs(
     (``connectors.mirror``); its lines are the inputs' ``mirror_lines``."""
     specs = [parse_store_arg(arg) for arg in stores]
     lines: tuple[str, ...] = ()
+    ends: dict[QueueKey, int] = {}
+    rebuilt: frozenset[str] = frozenset()
     if mirror is None:
         read = read_stores(
             spark,
@@ -338,6 +345,7 @@ def read_store_inputs(
             mirror,
         )
         lines = tuple(mirror_lines(extension, mirror, RECORDS))
+        ends, rebuilt = extension.read_ends(OP_TOPIC), frozenset(extension.plan.rebuilt)
     notes = spark.createDataFrame(list(read.notes), NOTE)
     identity = [f"store:{spec.broker}={spec.root.resolve()}" for spec in specs]
     return Inputs(
@@ -350,6 +358,8 @@ def read_store_inputs(
         read.offsets_files,
         read.offsets_unique,
         lines,
+        ends,
+        rebuilt,
     )
 
 

@@ -1,6 +1,6 @@
 """What earlier runs in the same output root left behind, for the columns that span runs
-(pending's ``first_seen_run_id`` / ``pending_since_ms``) and for the discard history's
-final rows.
+(pending's ``first_seen_run_id`` / ``pending_since_ms``), for the discard history's
+final rows, and the view its last run decided the open rows against (``decided_view``).
 
 Which runs to chain from is decided on ``run_summary`` (a row per queue and run, read in
 the driver through delta-rs), and the pending rows of those runs are read by Spark from the
@@ -11,6 +11,7 @@ over (``transforms.pending_history``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from deltalake import DeltaTable
@@ -20,7 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connectors.delta_commit import PARTITION_COLUMN, absolute_root
-from connectors.delta_read import arrow_dataset
+from connectors.delta_read import arrow_dataset, newest_data_commit
+from schemas.decided_view import VIEW_KEY, DecidedView, parse_view
 from schemas.outputs import (
     DISCARD_HISTORY,
     DISCARD_HISTORY_TABLE,
@@ -117,3 +119,22 @@ def earlier_discard_history(spark: SparkSession, root: str) -> DataFrame | None:
     if not uris:
         return None
     return spark.read.schema(DISCARD_HISTORY).parquet(*uris)
+
+
+def decided_view(root: str) -> DecidedView | None:
+    """The view the run that last changed ``discard_history`` decided its rows against
+    (``schemas.decided_view``), from that commit's metadata: delta-rs keeps it as a key of
+    its own, delta-spark inside its ``userMetadata`` token. None when the commit has none
+    (a run without the mirror, another tool's change)."""
+    table = _open(root, DISCARD_HISTORY_TABLE)
+    newest = newest_data_commit(table) if table is not None else None
+    if newest is None:
+        return None
+    text = newest.get(VIEW_KEY)
+    if text is None:
+        try:
+            token = json.loads(newest.get("userMetadata") or "")
+        except ValueError:
+            return None
+        text = token.get(VIEW_KEY) if isinstance(token, dict) else None
+    return parse_view(text) if isinstance(text, str) else None

@@ -34,6 +34,7 @@ from jobs.offsets import (
     write_fragment_facts,
 )
 from jobs.pipeline import Reconciled
+from schemas.decided_view import view_text
 from schemas.messages import HALF_TOPIC
 from schemas.outputs import CLASSES, CONSUME_OFFSETS_TABLE, RUN_SUMMARY_TABLE, table_schema
 from transforms.outputs import SMALL_TABLES, RoundOutputs, RunFacts
@@ -123,7 +124,9 @@ def write_tables(
         elif name in SMALL_TABLES:
             counts[name] = writer.replace_run_rows(name, small[name], schema, run_id)
         elif name in MERGED_TABLES:  # discard_history: merged on its key, not per run
-            counts[name] = writer.merge_rows(name, fit_to_cores(frame), schema)
+            # The commit carries what the rows were decided against (the next run's since).
+            view = view_text(reconciled.view) if reconciled.view is not None else None
+            counts[name] = writer.merge_rows(name, fit_to_cores(frame), schema, view)
         else:
             counts[name] = writer.replace_run(name, fit_to_cores(frame), schema, run_id)
         progress(f"wrote {name}: {counts[name]} rows")

@@ -19,10 +19,11 @@ from pyspark.sql import SparkSession
 from connectors.rocketmq.discards import DiscardSource
 from jobs.anomalies import earlier_offsets_frame
 from jobs.config import JobConfig
-from jobs.discards import build_discard_history, discard_inputs
+from jobs.discards import Views, build_discard_history, discard_inputs
 from jobs.extract import AsOfChoice, Inputs, derive_run_id, resolve_as_of
-from jobs.history import earlier_discard_history, earlier_pending
+from jobs.history import decided_view, earlier_discard_history, earlier_pending
 from jobs.materialize import SparkMaterializer
+from schemas.decided_view import DecidedView
 from transforms.offsets import with_missing_offset_warnings
 from transforms.outputs import RoundOutputs, RunExtras, RunFacts, shape_tables
 from transforms.params import RoundParams
@@ -108,6 +109,7 @@ class Reconciled:
     history_release: Callable[[], None]  # frees what the discard history cached
     inputs_release: Callable[[], None]  # frees what the read cached
     mirror_lines: tuple[str, ...] = ()  # what the discard topic's read through its mirror says
+    view: DecidedView | None = None  # what the discard history was decided against (mirror)
 
     def release(self) -> None:
         """Free every cache of the run, the latest first (Spark re-plans every cached
@@ -155,7 +157,8 @@ def with_discards_and_history(
 ) -> Reconciled:
     """``state`` with the discard history and the earlier runs of ``output_root``."""
     earlier = earlier_discard_history(spark, output_root) if output_root is not None else None
-    history = build_discard_history(spark, discards, config, state, earlier)
+    views = _views(inputs, discards, output_root)
+    history = build_discard_history(spark, discards, config, state, earlier, views)
     params = state.params
     extras = RunExtras(
         discard_history=history.history,
@@ -178,4 +181,15 @@ def with_discards_and_history(
         history.release,
         inputs.unpersist,
         tuple(history.mirror_lines),
+        history.view,
     )
+
+
+def _views(inputs: Inputs, discards: DiscardSource, output_root: str | None) -> Views | None:
+    """What the discard history is decided against (``jobs.discards.Views``): only through
+    the mirror; the last run's view is not used by a ``--rebuild`` run."""
+    mirror = discards.mirror
+    if mirror is None or output_root is None:
+        return None
+    earlier = None if mirror.rebuild else decided_view(output_root)
+    return Views(earlier, inputs.op_read_ends, inputs.mirror_rebuilt)

@@ -29,7 +29,7 @@ from transforms.anomalies import RoundEvidence
 from transforms.merge import Facts, carried, merged
 from transforms.messages import offset_msg_id, stored_before, with_half_fields
 from transforms.operator_fields import message_keys
-from transforms.ops import named_with_times
+from transforms.ops import OP_OFFSET, OP_STORE_MS, named_offsets
 from transforms.params import RoundParams
 from transforms.round import LAZY
 
@@ -59,8 +59,9 @@ class DiscardEvidence:
         linked: ``transaction_halves`` of ``rows``: the half records of the discarded
             transactions, read once from all half records and then by every rule (the
             job keeps it: it is small, the half queue is not).
-        op_items: ``broker, queue_id, half_offset, op_store_ms``: what each ``d`` op record
-            names, with the op record's store time (the round's op items).
+        op_items: ``broker, queue_id, half_offset, op_store_ms, op_offset``: what each
+            ``d`` op record names, with the op record's store time and queue offset (the
+            round's op items).
         op_store_times: ``broker, store_timestamp_ms`` of every readable op record.
         pending: this round's pending rows (at least ``broker``, ``uniq_key``,
             ``store_timestamp_ms``).
@@ -117,7 +118,7 @@ def evidence_from(
         as_of_ms=as_of_ms,
         rows=rows,
         linked=keep(transaction_halves(rows, round_evidence.half, as_of_ms, few or small)),
-        op_items=named_with_times(round_evidence.op_items),
+        op_items=named_offsets(round_evidence.op_items, OP_STORE_MS, OP_OFFSET),
         op_store_times=round_evidence.ops.select("broker", "store_timestamp_ms"),
         pending=pending,
         commits=commits,

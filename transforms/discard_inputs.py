@@ -60,24 +60,39 @@ def usable_discards(
     return usable, bad
 
 
-def named_real_queues(usable: DataFrame, as_of_ms: int, kept: DataFrame | None = None) -> DataFrame:
+def named_real_queues(
+    usable: DataFrame,
+    as_of_ms: int,
+    kept: DataFrame | None = None,
+    carried: DataFrame | None = None,
+) -> DataFrame:
     """Per (broker, real topic, real queue id) the discard records before T name, how many
-    records name it (``records``) and how many of them are still open (``open_records``:
-    without a row in ``kept``, the final rows earlier runs decided, ``DISCARD_KEY``);
-    records naming none count in a row of nulls: one row per named queue and per broker,
-    whose sum is every discard record before T."""
+    records name it (``records``), how many of them are still open (``open_records``:
+    without a row in ``kept``, the final rows earlier runs decided, ``DISCARD_KEY``) and
+    how many open ones are decided against what arrived since (``carried_records``: in
+    ``carried``, ``DISCARD_KEY``); records naming none count in a row of nulls: one row per
+    named queue and per broker, whose sum is every discard record before T."""
     records = with_half_fields(usable.filter(stored_before(as_of_ms)))
-    is_open = F.lit(True)
+    is_open, is_carried = F.lit(True), F.lit(False)
     if kept is not None:
-        marks = kept.select(
-            "broker", F.col("discard_offset").alias("queue_offset"), F.lit(True).alias("_kept")
-        )
-        records = records.join(marks, on=["broker", "queue_offset"], how="left")
+        records = records.join(_marks(kept, "_kept"), on=["broker", "queue_offset"], how="left")
         is_open = F.col("_kept").isNull()
+    if carried is not None:
+        records = records.join(
+            _marks(carried, "_carried"), on=["broker", "queue_offset"], how="left"
+        )
+        is_carried = is_open & F.col("_carried").isNotNull()
     return records.groupBy("broker", "real_topic", "real_queue_id").agg(
         F.count(F.lit(1)).alias("records"),
         F.count(F.when(is_open, 1)).alias("open_records"),
+        F.count(F.when(is_carried, 1)).alias("carried_records"),
     )
+
+
+def _marks(rows: DataFrame, flag: str) -> DataFrame:
+    """``rows``' discard records (``DISCARD_KEY``) as the discard topic's places, flagged."""
+    offset = F.col("discard_offset").alias("queue_offset")
+    return rows.select("broker", offset, F.lit(True).alias(flag))
 
 
 def not_reported(bad: DataFrame, reported: DataFrame, place_pattern: str) -> DataFrame:

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 
 from connectors.mirror import COMMITS, DISCARDS, MirrorRequest, mirror_lines, read_through_mirror
 from connectors.rocketmq.layout import topic_folder, topic_path_problem
+from connectors.rocketmq.mirror_plan import QueueKey
 from connectors.rocketmq.offset_filter import OffsetFilter, filter_batches
 from connectors.rocketmq.reader import parse_store_arg, plan_stores, read_options, read_stores
 from connectors.segments import read_discard_segments
@@ -63,6 +64,10 @@ class DiscardRead:
     notes: list[str] = field(default_factory=list)
     release: Callable[[], None] = lambda: None
     mirror_lines: list[str] = field(default_factory=list)  # ``connectors.mirror.mirror_lines``
+    # Read through the mirror: per queue, the first offset not read (``Extension.read_ends``),
+    # and the brokers whose mirror this run read again from the store.
+    read_ends: dict[QueueKey, int] = field(default_factory=dict)
+    rebuilt: frozenset[str] = frozenset()
 
 
 def read_discards(spark: SparkSession, source: DiscardSource, verify_crc: bool) -> DiscardRead:
@@ -168,9 +173,22 @@ def read_real_queues(
         plan = plan_stores(specs, topics, frozenset(queues))
         options = replace(read_options(verify_crc=verify_crc), commits_only=True)
         roots = {spec.broker: spec.root for spec in specs}
-        read, extension = read_through_mirror(spark, plan, roots, options, mirror, COMMITS)
+        # Not held: the discard history keeps of the commits only what it needs, and its
+        # filter prunes the scan of the mirror.
+        read, extension = read_through_mirror(
+            spark, plan, roots, options, mirror, COMMITS, hold=False
+        )
         lines = mirror_lines(extension, mirror, COMMITS)
-        return DiscardRead(read.messages, read.bad_records, [], read.unpersist, lines)
+        rebuilt = frozenset(extension.plan.rebuilt)
+        return DiscardRead(
+            read.messages,
+            read.bad_records,
+            [],
+            read.unpersist,
+            lines,
+            extension.read_ends(),
+            rebuilt,
+        )
     read = read_stores(
         spark,
         specs,

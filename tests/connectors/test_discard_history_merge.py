@@ -1,6 +1,7 @@
 """The merged discard_history table through the delta-rs writer: not partitioned, merged on
 (broker, discard_offset), first_seen_run_id kept, an older T never overwrites a newer row,
-a rerun changes nothing. ``check_merge`` is shared with the delta-spark case
+a rerun changes nothing, the commit keeps the run's decided view. ``check_merge`` and
+``check_decided_view`` are shared with the delta-spark case
 (tests/delta/test_discard_history_delta.py)."""
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from connectors.delta import DeltaRsOutput, OutputWriter
+from jobs.history import decided_view
+from schemas.decided_view import DecidedView, view_text
+from schemas.messages import OP_TOPIC
 from schemas.outputs import DISCARD_HISTORY, DISCARD_HISTORY_TABLE
 from tests.robustness.store import rows_of
 
@@ -124,6 +128,27 @@ def check_old_root_gains_search_columns(
     }
 
 
+def check_decided_view(spark: SparkSession, writer: OutputWriter, root: Path) -> None:
+    """The view a merge carries (``schemas.decided_view``) is read back from the table's
+    newest commit that changed rows: a compaction does not hide it, a merge without one
+    leaves none."""
+    writer.ensure_table(DISCARD_HISTORY_TABLE, DISCARD_HISTORY)
+    view = DecidedView("r1", 100, {("a", OP_TOPIC, 0): 7, ("a", "ORDERS", 3): 12})
+
+    def merge(run_id: str, as_of: int, carried: DecidedView | None) -> None:
+        frame = _rows(spark, run_id, as_of, [("a", 0, "unresolved")])
+        text = view_text(carried) if carried is not None else None
+        assert writer.merge_rows(DISCARD_HISTORY_TABLE, frame, DISCARD_HISTORY, text) == 1
+
+    assert decided_view(str(root)) is None  # created, nothing merged yet
+    merge("r1", 100, view)
+    assert decided_view(str(root)) == view
+    DeltaTable(str(root / DISCARD_HISTORY_TABLE)).optimize.compact()
+    assert decided_view(str(root)) == view
+    merge("r2", 200, None)  # a run without the mirror
+    assert decided_view(str(root)) is None
+
+
 def test_delta_rs_merges_discard_history(spark: SparkSession, tmp_path: Path) -> None:
     root = tmp_path / "out"
     check_merge(spark, DeltaRsOutput(spark, root), root)
@@ -138,3 +163,8 @@ def test_delta_rs_merges_into_a_discard_history_without_the_search_columns(
 ) -> None:
     root = tmp_path / "out"
     check_old_root_gains_search_columns(spark, DeltaRsOutput(spark, root), root)
+
+
+def test_delta_rs_keeps_the_decided_view_in_the_commit(spark: SparkSession, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    check_decided_view(spark, DeltaRsOutput(spark, root), root)

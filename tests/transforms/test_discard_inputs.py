@@ -151,13 +151,14 @@ def test_named_real_queues_count_records_before_t(spark: SparkSession) -> None:
     )
     expected = spark.createDataFrame(
         [
-            (BROKER, "ORDERS", 0, 2, 2),
-            (BROKER, "ORDERS", 7, 1, 1),
-            (BROKER, "PAYMENTS", 7, 1, 1),
-            (BROKER, None, None, 1, 1),
-            ("c", "ORDERS", 0, 1, 1),
+            (BROKER, "ORDERS", 0, 2, 2, 0),
+            (BROKER, "ORDERS", 7, 1, 1, 0),
+            (BROKER, "PAYMENTS", 7, 1, 1, 0),
+            (BROKER, None, None, 1, 1, 0),
+            ("c", "ORDERS", 0, 1, 1, 0),
         ],
-        "broker STRING, real_topic STRING, real_queue_id INT, records LONG, open_records LONG",
+        "broker STRING, real_topic STRING, real_queue_id INT, records LONG, open_records LONG,"
+        " carried_records LONG",
     )
     assert_df_equality(
         named_real_queues(usable, T), expected, ignore_row_order=True, ignore_nullable=True
@@ -175,6 +176,23 @@ def test_named_real_queues_count_records_before_t(spark: SparkSession) -> None:
     assert_df_equality(
         named_real_queues(usable, T, kept),
         expected_open,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    # Open records decided against what arrived since are counted apart; a kept record in
+    # ``carried`` (record 1) is not open, so not carried either.
+    carried = spark.createDataFrame(
+        [(BROKER, 0), (BROKER, 1), (BROKER, 2)], "broker STRING, discard_offset LONG"
+    )
+    expected_carried = expected_open.withColumn(
+        "carried_records",
+        F.when((F.col("broker") == BROKER) & F.col("real_topic").isin("ORDERS"), 1)
+        .otherwise(0)
+        .cast("long"),
+    )
+    assert_df_equality(
+        named_real_queues(usable, T, kept, carried),
+        expected_carried,
         ignore_row_order=True,
         ignore_nullable=True,
     )
