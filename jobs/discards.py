@@ -222,12 +222,14 @@ def _since(
     keep: Callable[[DataFrame], DataFrame],
 ) -> _Since | None:
     """The rows decided against what arrived since the last run's view: none without an
-    earlier ``discard_history`` or a view (a run without the mirror, ``--rebuild``)."""
+    earlier ``discard_history`` or a view (a run without the mirror, ``--rebuild``), and
+    none of a broker this run read again from its store (its old offsets say nothing)."""
     if earlier is None or views is None or views.earlier is None:
         return None
-    view = views.earlier
-    carried = keep(carried_keys(discard_rows(usable, as_of_ms), earlier, view, as_of_ms))
-    return _Since(view, carried, views.rebuilt)
+    view = views.earlier.without(views.rebuilt)
+    carried = carried_keys(discard_rows(usable, as_of_ms), earlier, view, as_of_ms)
+    carried = carried.filter(~F.col("broker").isin(*sorted(views.rebuilt)))
+    return _Since(view, keep(carried), views.rebuilt)
 
 
 def build_discard_history(
