@@ -126,11 +126,11 @@ class _Evidence:
 @dataclass(frozen=True)
 class _Since:
     """The open rows decided against what arrived since ``view`` (``carried``:
-    ``DISCARD_KEY``), unless their broker was read again from its store (``rebuilt``)."""
+    ``DISCARD_KEY``; the view holds no broker the read of the half and op records read
+    again from its store)."""
 
     view: DecidedView
     carried: DataFrame
-    rebuilt: frozenset[str]
 
 
 def _evidence(
@@ -184,7 +184,7 @@ def _evidence(
     real = read_real_queues(spark, source.stores, queues, config.verify_crc, filters, source.mirror)
     commits = replace(decide, commits=real.records)
     if since is not None:
-        view = since.view.without(since.rebuilt | real.rebuilt)
+        view = since.view.without(real.rebuilt)
         commits = since_evidence(commits, view, _floors(decide.linked, named))
     return _Evidence(
         every, commits, real.bad_records, real.release, real.mirror_lines, real.read_ends
@@ -202,20 +202,20 @@ def _floors(linked: DataFrame, named: _Named) -> dict[str, int]:
 
 
 def _kept(
-    usable: DataFrame,
+    rows: DataFrame,
     earlier: DataFrame | None,
     as_of_ms: int,
     keep: Callable[[DataFrame], DataFrame],
 ) -> DataFrame | None:
-    """The final rows earlier runs decided of the discard records before T (None without
-    an earlier ``discard_history``)."""
+    """The final rows earlier runs decided of the discard records before T (``rows``:
+    ``discard_rows``; None without an earlier ``discard_history``)."""
     if earlier is None:
         return None
-    return keep(kept_rows(discard_rows(usable, as_of_ms), final_rows(earlier, as_of_ms)))
+    return keep(kept_rows(rows, final_rows(earlier, as_of_ms)))
 
 
 def _since(
-    usable: DataFrame,
+    rows: DataFrame,
     earlier: DataFrame | None,
     views: Views | None,
     as_of_ms: int,
@@ -227,9 +227,9 @@ def _since(
     if earlier is None or views is None or views.earlier is None:
         return None
     view = views.earlier.without(views.rebuilt)
-    carried = carried_keys(discard_rows(usable, as_of_ms), earlier, view, as_of_ms)
+    carried = carried_keys(rows, earlier, view, as_of_ms)
     carried = carried.filter(~F.col("broker").isin(*sorted(views.rebuilt)))
-    return _Since(view, keep(carried), views.rebuilt)
+    return _Since(view, keep(carried))
 
 
 def build_discard_history(
@@ -256,8 +256,11 @@ def build_discard_history(
     read = read_discards(spark, source, config.verify_crc)
     usable, bad = usable_discards(read.records, read.bad_records, params.as_of_ms)
     usable = keep(usable)
-    kept = _kept(usable, earlier, params.as_of_ms, keep)
-    since = _since(usable, earlier, views, params.as_of_ms, keep)
+    # The discard rows the earlier rows are matched to (final and carried); each match is
+    # held on its own, and the rows are a projection of the held discard records.
+    rows = discard_rows(usable, params.as_of_ms)
+    kept = _kept(rows, earlier, params.as_of_ms, keep)
+    since = _since(rows, earlier, views, params.as_of_ms, keep)
     named = _named_queues(
         usable, params.as_of_ms, source.stores, kept, since.carried if since else None
     )

@@ -13,11 +13,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.messages import QueueKey
+
 # The commit metadata key (delta-rs' custom metadata; inside delta-spark's userMetadata).
 VIEW_KEY = "rmq_txn_reconcile_decided_view"
 VIEW_FORMAT = 1
-
-QueueKey = tuple[str, str, int]  # (broker, topic, queue id)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+QueueKey = tuple[str, str, int]  # (broker, topic, queue id)
 TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 REMOVE_TAG = "d"
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from connectors.rocketmq.layout import CQ_ENTRY_SIZE
 from connectors.rocketmq.probe import CommitLogHeads, QueueBounds, entry_at, queue_bounds
 from connectors.rocketmq.read_plan import QueueUnit, Unit
-
-QueueKey = tuple[str, str, int]  # (broker, topic, queue id)
+from schemas.messages import QueueKey
 
 
 @dataclass(frozen=True)
