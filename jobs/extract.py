@@ -343,6 +343,8 @@ def read_store_inputs(
             {spec.broker: spec.root for spec in specs},
             options,
             mirror,
+            # The round filters and projects the mirror's rows per stage: scanned, not held.
+            hold=False,
         )
         lines = tuple(mirror_lines(extension, mirror, RECORDS))
         ends, rebuilt = extension.read_ends(OP_TOPIC), frozenset(extension.plan.rebuilt)
