@@ -1,13 +1,16 @@
 """What both Delta writers agree on: the partition column, the table properties, the
-offsets table's merge keys, how often a commit is retried, and the lock that serialises
-commits to a local output root across processes."""
+offsets table's merge keys, how often a commit is retried, the lock that serialises
+commits to a local output root across processes, and where a commit's own metadata is
+found again (``commit_token``, ``commit_value``)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import re
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from schemas.outputs import DISCARD_RECORD_IDENTITY, FINAL_OUTCOMES
@@ -102,3 +105,24 @@ def commit_lock(root: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def commit_token(label: str, also: Mapping[str, str] | None = None) -> str:
+    """delta-spark's ``userMetadata`` of one commit: a unique marker (readable: it names the
+    run) with ``also`` beside it, as JSON (delta-rs keeps such keys in the commit itself)."""
+    token = {"writer": "rmq-txn-reconcile", "run": label, "commit": uuid.uuid4().hex}
+    return json.dumps({**token, **(also or {})})
+
+
+def commit_value(commit: Mapping[str, object], key: str) -> str | None:
+    """``key`` of a commit's own metadata (a row of ``DeltaTable.history``), whichever
+    writer made it: delta-rs keeps it as a key of the commit, delta-spark inside the
+    ``userMetadata`` token (``commit_token``). None when the commit has none."""
+    value = commit.get(key)
+    if value is None:
+        try:
+            token = json.loads(str(commit.get("userMetadata") or ""))
+        except ValueError:
+            return None
+        value = token.get(key) if isinstance(token, dict) else None
+    return value if isinstance(value, str) else None

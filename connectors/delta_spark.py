@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import operator
 import time
 import uuid
@@ -23,6 +22,7 @@ from connectors.delta_commit import (
     TABLE_PROPERTIES,
     absolute_root,
     commit_lock,
+    commit_token,
     merge_predicate,
     merge_updates,
     partition_columns,
@@ -78,7 +78,7 @@ class DeltaSparkOutput:
     def replace_run(self, table: str, frame: DataFrame, schema: T.StructType, run_id: str) -> int:
         """One commit that replaces the run's partition; returns the rows it wrote."""
         quoted = run_id.replace("'", "''")
-        token = _commit_token(run_id)
+        token = commit_token(run_id)
         location = self.table_location(table)
         with commit_lock(self.root), _session_conf(self.spark, ALWAYS_COMMIT):
             _retry_spark(
@@ -114,7 +114,7 @@ class DeltaSparkOutput:
         same_key = [F.col(f"t.{key}") == F.col(f"s.{key}") for key in OFFSETS_MERGE_KEYS]
         condition = functools.reduce(operator.and_, same_key)
         source = conform(frame, schema).alias("s")
-        token = _commit_token(str(uuid.uuid4()))
+        token = commit_token(str(uuid.uuid4()))
 
         def merge() -> None:
             (
@@ -142,7 +142,7 @@ class DeltaSparkOutput:
 
         location = self.table_location(table)
         source = conform(frame, schema).alias("s")
-        token = _commit_token(str(uuid.uuid4()), {VIEW_KEY: metadata} if metadata else None)
+        token = commit_token(str(uuid.uuid4()), {VIEW_KEY: metadata} if metadata else None)
         # delta-spark takes the update as a dict of str | Column (a dict is invariant): widen it.
         updates: dict[str, str | Column] = dict(merge_updates(schema.fieldNames()))
 
@@ -182,13 +182,6 @@ def conform(frame: DataFrame, schema: T.StructType) -> DataFrame:
 
 
 HISTORY_SCAN = 50  # commits searched for this writer's own (concurrent runs may add some)
-
-
-def _commit_token(label: str, also: dict[str, str] | None = None) -> str:
-    """A unique marker for one commit's ``userMetadata`` (readable: it names the run), with
-    ``also`` beside it."""
-    token = {"writer": "rmq-txn-reconcile", "run": label, "commit": uuid.uuid4().hex}
-    return json.dumps({**token, **(also or {})})
 
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"

@@ -11,7 +11,6 @@ over (``transforms.pending_history``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from deltalake import DeltaTable
@@ -20,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from connectors.delta_commit import PARTITION_COLUMN, absolute_root
+from connectors.delta_commit import PARTITION_COLUMN, absolute_root, commit_value
 from connectors.delta_read import arrow_dataset, newest_data_commit
 from schemas.decided_view import VIEW_KEY, DecidedView, parse_view
 from schemas.outputs import (
@@ -130,11 +129,5 @@ def decided_view(root: str) -> DecidedView | None:
     newest = newest_data_commit(table) if table is not None else None
     if newest is None:
         return None
-    text = newest.get(VIEW_KEY)
-    if text is None:
-        try:
-            token = json.loads(newest.get("userMetadata") or "")
-        except ValueError:
-            return None
-        text = token.get(VIEW_KEY) if isinstance(token, dict) else None
-    return parse_view(text) if isinstance(text, str) else None
+    text = commit_value(newest, VIEW_KEY)
+    return parse_view(text) if text is not None else None
