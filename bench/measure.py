@@ -38,7 +38,7 @@ import resource
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,24 @@ def become_subreaper() -> bool:
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def evict_from_page_cache(roots: Iterable[Path]) -> int:
+    """Drop the pages of every file under ``roots`` from the page cache (``os.sync`` first:
+    a dirty page stays), so that the next command's ``disk_read_bytes`` counts what it reads
+    of them; everything else (Python, Spark's jars) stays cached. A missing root is
+    skipped. Returns the bytes of the files."""
+    os.sync()
+    total = 0
+    for root in roots:
+        for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return total
 
 
 def _children_cpu() -> float:

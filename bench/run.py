@@ -160,8 +160,16 @@ def describe_stores(size: str, stores: dict[str, Path]) -> dict:
     return described
 
 
-def run_peer(size: str, stores: dict[str, Path], job_output: Path, work: Path) -> dict:
-    """One DuckDB peer measurement in its own process (see bench.peer_process)."""
+def run_peer(
+    size: str,
+    stores: dict[str, Path],
+    job_output: Path | None,
+    work: Path,
+    cache: Path | None = None,
+) -> dict:
+    """One DuckDB peer measurement in its own process (see bench.peer_process), its tables
+    compared with ``job_output``'s (None: not compared). ``cache``: where its exports are
+    kept (default: the size's, reused while a store is unchanged)."""
     result = work / "peer.json"
     result.unlink(missing_ok=True)
     command = [
@@ -169,16 +177,16 @@ def run_peer(size: str, stores: dict[str, Path], job_output: Path, work: Path) -
         "-m",
         "bench.peer_process",
         "--cache",
-        str(bench_root() / "peer" / size),
+        str(cache if cache is not None else bench_root() / "peer" / size),
         "--as-of",
         str(AS_OF_MS),
         "--threads",
         str(PEER_THREADS),
-        "--output",
-        str(job_output),
         "--result",
         str(result),
     ]
+    if job_output is not None:
+        command += ["--output", str(job_output)]
     for broker, path in stores.items():
         command += ["--store", f"{broker}={path}"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)

@@ -11,11 +11,16 @@ in one repeat:
 2. the stores grow to their end (``copy_prefix`` again, in place) and **scheduled**: the job
    with ``--mirror`` on the same output root (it decodes what the stores appended);
 3. **whole**: the job without the mirror on the grown stores into a fresh output root;
-4. **bare**: a bare Spark start (``bench.bare_spark``).
+4. **bare**: a bare Spark start (``bench.bare_spark``);
+5. **peer**: the DuckDB peer (``bench.peer_process``) on the grown stores: its export into
+   the work directory (made anew in every repeat) and its round over the whole export.
 
-Each figure is printed with the machine's load average (1 min) just before it, and the
-bytes the stores appended beside the scheduled run's disk reads. ``--as-of latest`` for
-every run (the earlier stores end before the bench stores' fixed end).
+Before each job and the peer, the pages of the stores and output roots are dropped from the
+page cache (``bench.measure.evict_from_page_cache``), so that a run's disk reads are what it
+reads of them, not an accident of what an earlier run left cached. Each figure is printed
+with the machine's load average (1 min) just before it, then each of issue 33's targets
+with its figure (``targets``). ``--as-of latest`` for every job (the earlier stores end
+before the bench stores' fixed end); the peer rounds at that fixed end.
 
 ``python -m bench.schedule [--size 1m] [--minutes 5] [--repeat 1] [--json PATH]``
 """
@@ -28,17 +33,24 @@ import os
 import re
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.job import job_env
-from bench.measure import run_measured
+from bench.measure import evict_from_page_cache, run_measured
+from bench.run import run_peer
 from bench.small import bare_spark
-from bench.stores import REPO, SIZES, bench_root, ensure_stores, read_summary
+from bench.stores import REPO, SIZES, bench_root, ensure_stores, read_summary, topic_bytes
+from connectors.mirror import COMMITS, DISCARDS, MIRROR_KINDS, RECORDS
 from connectors.rocketmq.probe import entry_at, record_head
-from schemas.messages import HALF_TOPIC
+from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from simulator.growth import copy_prefix, record_ends
 
 _MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages)")
+# A progress line's time (seconds from the read's plan) and what it says.
+# The topics whose records the mirror holds (``mirror_records``, ``mirror_discards``).
+MIRRORED_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
+_PROGRESS = re.compile(r"^\[\s*([\d.]+)s\] (.*)$")
 
 
 def cut_before(store: Path, minutes: float) -> int:
@@ -62,11 +74,13 @@ def cut_before(store: Path, minutes: float) -> int:
 
 
 def _job(stores: dict[str, Path], output: Path, work: Path, *flags: str) -> dict:
-    """One measured job process; its figures and the rows it says it decoded into the mirror."""
+    """One measured job process, the stores and its output root not in the page cache; its
+    figures and the rows it says it decoded into the mirror."""
     command = [sys.executable, "-m", "jobs.reconcile"]
     for broker, path in stores.items():
         command += ["--store", f"{broker}={path}"]
     command += ["--output", str(output), "--as-of", "latest", *flags]
+    evict_from_page_cache([*stores.values(), output])
     load = round(os.getloadavg()[0], 2)
     env = job_env(work)
     env.pop("PYSPARK_SUBMIT_ARGS", None)
@@ -105,13 +119,112 @@ def run_repeat(size: str, full: dict[str, Path], minutes: float, work: Path) -> 
         read_summary(size, broker)["commitlog_bytes"] - cuts[broker] for broker in full
     )
     figures["scheduled"] = _job(stores, output, work, "--mirror")
+    figures["mirror_bytes"] = {
+        kind.table: _tree_bytes(output / kind.table) for kind in MIRROR_KINDS
+    }
+    figures["store_bytes"] = sum(topic_bytes(path, MIRRORED_TOPICS) for path in stores.values())
     figures["whole"] = _job(stores, work / "output-whole", work)
     figures["bare"] = bare_spark(work)
+    evict_from_page_cache(stores.values())
+    figures["peer"] = {"load_1m": round(os.getloadavg()[0], 2)}
+    figures["peer"] |= run_peer(size, stores, None, work, cache=work / "peer")
     return figures
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (its Delta log included)."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 33's targets against a repeat's figure: ``value`` at most (or, with
+    ``at_least``, at least) ``limit``, set for the runs of ``size`` (None: any size); ``met``
+    is None where the figure is missing or the target is set for another size."""
+
+    name: str
+    value: float | None
+    limit: float
+    size: str | None
+    at_least: bool = False
+    unit: str = "x"
+
+    def met(self, size: str) -> bool | None:
+        if self.value is None or (self.size is not None and self.size != size):
+            return None
+        return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+    def line(self, size: str) -> str:
+        shown = "missing" if self.value is None else f"{self.value:,.2f}{self.unit}"
+        sign = ">=" if self.at_least else "<="
+        verdict = {True: "met", False: "MISSED", None: "not judged here"}[self.met(size)]
+        where = f" (set at {self.size})" if self.size is not None else ""
+        return f"  {self.name}: {shown}, target {sign} {self.limit:,g}{self.unit}{where}: {verdict}"
+
+
+def decode_rate(run: dict) -> float | None:
+    """Half/op records a run decoded into the mirror per second, from the read's plan (its
+    first progress line) to the line saying they were decoded: the mirror's marks checked,
+    the decode and its commit. None without a decode."""
+    times = [(float(m[1]), m[2]) for m in map(_PROGRESS.match, run["progress"]) if m]
+    decoded = [
+        (at, int(found[1]))
+        for at, text in times
+        if (found := _MIRRORED.search(text)) and found[2] == "half/op"
+    ]
+    if not times or not decoded or decoded[0][0] <= times[0][0]:
+        return None
+    at, records = decoded[0]
+    return records / (at - times[0][0])
+
+
+def targets(figures: dict) -> list[Target]:
+    """Issue 33's targets, each with this repeat's figure."""
+    first, scheduled = figures["first"]["wall_s"], figures["scheduled"]["wall_s"]
+    bare, peer = figures["bare"]["wall_s"], figures.get("peer", {})
+    export, peer_round = peer.get("export_wall_s"), peer.get("wall_s")
+    peer_total = export + peer_round if export and peer_round else None
+    appended = figures["appended_bytes"]
+    return [
+        Target("first run / (peer export + round)", _over(first, peer_total), 1.5, "16m"),
+        Target(
+            "first run net of bare Spark / (peer export + round)",
+            _over(first - bare, peer_total),
+            4.0,
+            "1m",
+        ),
+        Target("scheduled run / peer round", _over(scheduled, peer_round), 0.25, "16m"),
+        Target("scheduled run / bare Spark", _over(scheduled, bare), 2.0, "16m"),
+        Target(
+            "scheduled run's disk reads / bytes appended",
+            _over(figures["scheduled"]["disk_read_bytes"], appended),
+            2.0,
+            "16m",
+        ),
+        Target(
+            "decode into the mirror, first run",
+            decode_rate(figures["first"]),
+            600_000,
+            None,
+            at_least=True,
+            unit=" records/s",
+        ),
+        Target(
+            "peak PSS of the scheduled run",
+            figures["scheduled"]["peak_pss_bytes"] / 2**30,
+            6.0,
+            "16m",
+            unit=" GiB",
+        ),
+    ]
+
+
+def _over(value: float, base: float | None) -> float | None:
+    return value / base if base else None
 
 
 def print_repeat(figures: dict) -> None:
@@ -126,11 +239,30 @@ def print_repeat(figures: dict) -> None:
             f"  load {run['load_1m']}"
         )
     print(f"  bare      {bare:7.1f} s  load {figures['bare']['load_1m']}")
+    peer = figures["peer"]
+    if "error" in peer:
+        print(f"  peer      failed: {peer['error']}")
+    else:
+        print(
+            f"  peer      export {peer['export_wall_s']:.1f} s, round {peer['wall_s']:.1f} s"
+            f"  load {peer['load_1m']}"
+        )
     print(
         f"  appended {figures['appended_bytes'] / 2**20:.1f} MiB of commit log; the"
         f" scheduled run read {_ratio(figures['scheduled']['disk_read_bytes'], figures['appended_bytes'])}"
         " of that"
     )
+    mirror = figures["mirror_bytes"]
+    held = mirror[RECORDS.table] + mirror[DISCARDS.table]
+    print(
+        f"  mirror {held / 2**20:.1f} MiB of half/op/discard rows against"
+        f" {figures['store_bytes'] / 2**20:.1f} MiB of those records in the commit logs"
+        f" ({_ratio(held, figures['store_bytes'])}); committed messages"
+        f" {mirror[COMMITS.table] / 2**20:.1f} MiB more"
+    )
+    print("issue 33's targets:")
+    for target in targets(figures):
+        print(target.line(figures["size"]))
 
 
 def main(argv: list[str] | None = None) -> int:

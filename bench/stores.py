@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -169,6 +170,15 @@ def used_bytes(entries: np.ndarray) -> int:
         (entries["offset"] != 0) | (entries["size"] != 0) | (entries["tags"] != 0)
     )
     return int(nonzero[-1] + 1) * CQ_ENTRY if len(nonzero) else 0
+
+
+def topic_bytes(store: Path, topics: Sequence[str]) -> int:
+    """Bytes of the commit log's records of ``topics``: the sizes their consume queues give."""
+    return sum(
+        int(entries["size"][valid_entries(entries)].sum())
+        for topic in topics
+        for entries in map(read_cq_entries, cq_files(store, topic))
+    )
 
 
 def count_records(store: Path) -> dict[str, int]:

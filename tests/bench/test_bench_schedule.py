@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.schedule import cut_before
+from bench.schedule import cut_before, decode_rate, targets
 from connectors.rocketmq.probe import entry_at, record_head
 from schemas.messages import HALF_TOPIC
 from simulator.growth import record_ends
@@ -28,3 +28,56 @@ def test_the_cut_ends_the_store_minutes_before_its_newest_half_record(tmp_path: 
     kept = ends.index(cut)  # a record boundary: the end of half record `kept`
     limit = _stored_at(store, len(ends) - 1) - 5 * 60_000
     assert _stored_at(store, kept) <= limit < _stored_at(store, kept + 1)
+
+
+def _run(wall_s: float, progress: list[str], read: int = 0, pss: int = 2**30) -> dict:
+    return {"wall_s": wall_s, "progress": progress, "disk_read_bytes": read, "peak_pss_bytes": pss}
+
+
+def _figures(size: str, peer: dict) -> dict:
+    first = _run(
+        90.0,
+        [
+            "[    0.0s] reading 2000 consume-queue entries; 1 commit-log file(s)",
+            "[    5.0s] decode: 0/3 tasks done in 1 stage(s)",
+            "[   10.0s] mirror: 2000 new half/op records decoded into /o/mirror_records",
+            "[   60.0s] mirror: 10 new committed messages decoded into /o/mirror_commits",
+        ],
+    )
+    scheduled = _run(30.0, ["[    0.0s] reading 2100 consume-queue entries"], read=300)
+    return {
+        "size": size,
+        "first": first,
+        "scheduled": scheduled,
+        "bare": {"wall_s": 10.0},
+        "peer": peer,
+        "appended_bytes": 100,
+    }
+
+
+def test_decode_rate_counts_from_the_plan_to_the_half_op_decode_line() -> None:
+    figures = _figures("1m", {})
+    assert decode_rate(figures["first"]) == 200.0
+    assert decode_rate(figures["scheduled"]) is None  # nothing decoded into the mirror
+
+
+def test_each_target_is_judged_at_the_size_the_issue_sets_it_for() -> None:
+    peer = {"export_wall_s": 20.0, "wall_s": 40.0}
+    at_16m = {t.name: t for t in targets(_figures("16m", peer))}
+    first = at_16m["first run / (peer export + round)"]
+    assert (first.value, first.met("16m")) == (1.5, True)  # 90 / (20 + 40), at the limit
+    assert at_16m["scheduled run / peer round"].met("16m") is False  # 30 / 40 > 0.25
+    assert at_16m["scheduled run's disk reads / bytes appended"].value == 3.0
+    assert at_16m["decode into the mirror, first run"].met("16m") is False  # 200 < 600 000
+    net = at_16m["first run net of bare Spark / (peer export + round)"]
+    assert (net.value, net.met("16m"), net.met("1m")) == (80 / 60, None, True)
+    assert "not judged here" in net.line("16m")
+    assert "MISSED" in at_16m["scheduled run / bare Spark"].line("16m")  # 30 / 10 > 2
+
+
+def test_a_failed_peer_leaves_its_ratios_missing_not_judged() -> None:
+    rows = {t.name: t for t in targets(_figures("16m", {"error": "exit 1"}))}
+    ratio = rows["scheduled run / peer round"]
+    assert ratio.value is None and ratio.met("16m") is None
+    assert "missing" in ratio.line("16m")
+    assert rows["scheduled run / bare Spark"].value == 3.0
