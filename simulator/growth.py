@@ -41,13 +41,32 @@ def record_ends(store: Path, topic: str, queue_id: int = 0) -> np.ndarray:
     return np.concatenate(ends) if ends else np.empty(0, np.int64)
 
 
+def _data_end(data: bytes, block: int = 1 << 20) -> int:
+    """The length of ``data`` without its all-zero tail, found backwards a block at a time
+    (a 1 GiB commit-log file is mostly written or mostly zero)."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    end = len(view)
+    while end > 0:
+        begin = max(0, end - block)
+        nonzero = np.flatnonzero(view[begin:end])
+        if nonzero.size:
+            return begin + int(nonzero[-1]) + 1
+        end = begin
+    return 0
+
+
 def _write_if_changed(target: Path, data: bytes) -> None:
     """Write ``data`` at ``target`` unless it holds it already (a prefix's unchanged files
-    keep their identity, as a broker's do)."""
+    keep their identity, as a broker's do). Its all-zero tail is left a hole, as in the
+    broker's preallocated files (and the simulator's): a reader of the copy reads from disk
+    what it would read of a broker's store, not the zeros."""
     if target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    used = _data_end(data)
+    with target.open("wb") as file:
+        file.write(memoryview(data)[:used])
+        file.truncate(len(data))
 
 
 def _copy_commitlog(full: Path, dest: Path, cut: int) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from bench.schedule import cut_before, decode_rate, targets
 from connectors.rocketmq.probe import entry_at, record_head
 from schemas.messages import HALF_TOPIC
-from simulator.growth import record_ends
+from simulator.growth import copy_prefix, record_ends
 from simulator.simulation import SimConfig, write_store
 
 
@@ -81,3 +81,26 @@ def test_a_failed_peer_leaves_its_ratios_missing_not_judged() -> None:
     assert ratio.value is None and ratio.met("16m") is None
     assert "missing" in ratio.line("16m")
     assert rows["scheduled run / bare Spark"].value == 3.0
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_a_prefix_leaves_the_zero_tails_holes_and_grows_in_place_to_the_same_bytes(
+    tmp_path: Path,
+) -> None:
+    full, store = tmp_path / "full", tmp_path / "store"
+    write_store(SimConfig(transactions=800, seed=4, duration_s=1800), full)
+    ends = record_ends(full, HALF_TOPIC)
+    copy_prefix(full, store, int(ends[len(ends) // 2]))
+    files = [p for p in sorted(store.rglob("*")) if p.is_file() and p.parent.name != "config"]
+    # As in a broker's preallocated files: the unwritten tail takes no disk blocks.
+    assert all(_allocated(p) < p.stat().st_size for p in files)
+    end = int(ends[-1])
+    copy_prefix(full, store, end)  # grown in place, over the holes
+    copy_prefix(full, tmp_path / "at-once", end)
+    for path in files:
+        assert path.read_bytes() == (tmp_path / "at-once" / path.relative_to(store)).read_bytes()
+    log = next((store / "commitlog").iterdir())
+    assert log.read_bytes()[:end] == (full / "commitlog" / log.name).read_bytes()[:end]
