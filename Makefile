@@ -132,7 +132,7 @@ bench: $(BENCH_STAMP) ## Benchmark: sample pairs vs bare Spark, 1M/4M/16M x3 wit
 bench-small: $(BENCH_STAMP) ## Quick: the job vs bare Spark on the make-run sample (3 interleaved pairs, each also via a warm Spark Connect server) and 1m, with load and Spark job counts (BENCH_ARGS=--skip-1m --skip-connect ...)
 	$(BIN)/python -m bench.small $(BENCH_ARGS)
 
-bench-schedule: $(BENCH_STAMP) ## Scheduled runs through the mirror: first run, the next after 5 min of traffic, a whole read, bare Spark and the DuckDB peer on the 1m stores, with issue 33's targets (BENCH_ARGS=--size 16m ...)
+bench-schedule: $(BENCH_STAMP) ## Scheduled runs through the mirror: first run, the next after 5 min of traffic, a whole read, bare Spark and the DuckDB peer on the 1m stores, with the scheduled-run targets (BENCH_ARGS=--size 16m ...)
 	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
 
 bench-writers: $(BENCH_STAMP) ## The write phase through delta-rs and delta-spark on the 1m stores (BENCH_ARGS=--size 4m ...)

@@ -18,9 +18,10 @@ in one repeat:
 Before each job and the peer, the pages of the stores and output roots are dropped from the
 page cache (``bench.measure.evict_from_page_cache``), so that a run's disk reads are what it
 reads of them, not an accident of what an earlier run left cached. Each figure is printed
-with the machine's load average (1 min) just before it, then each of issue 33's targets
-with its figure (``targets``). ``--as-of latest`` for every job (the earlier stores end
-before the bench stores' fixed end); the peer rounds at that fixed end.
+with the machine's load average (1 min) just before it, then each of the scheduled-run
+targets (docs/benchmarks.md, "Targets") with its figure (``targets``). ``--as-of latest``
+for every job (the earlier stores end before the bench stores' fixed end); the peer rounds
+at that fixed end.
 
 ``python -m bench.schedule [--size 1m] [--minutes 5] [--repeat 1] [--json PATH]``
 """
@@ -47,9 +48,9 @@ from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from simulator.growth import copy_prefix, record_ends
 
 _MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages)")
-# A progress line's time (seconds from the read's plan) and what it says.
 # The topics whose records the mirror holds (``mirror_records``, ``mirror_discards``).
 MIRRORED_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
+# A progress line's time (seconds from the read's plan) and what it says.
 _PROGRESS = re.compile(r"^\[\s*([\d.]+)s\] (.*)$")
 
 
@@ -142,7 +143,7 @@ def _ratio(a: float, b: float) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """One of issue 33's targets against a repeat's figure: ``value`` at most (or, with
+    """One of the scheduled-run targets (docs/benchmarks.md) against a repeat's figure: ``value`` at most (or, with
     ``at_least``, at least) ``limit``, set for the runs of ``size`` (None: any size); ``met``
     is None where the figure is missing or the target is set for another size."""
 
@@ -183,7 +184,7 @@ def decode_rate(run: dict) -> float | None:
 
 
 def targets(figures: dict) -> list[Target]:
-    """Issue 33's targets, each with this repeat's figure."""
+    """The scheduled-run targets, each with this repeat's figure."""
     first, scheduled = figures["first"]["wall_s"], figures["scheduled"]["wall_s"]
     bare, peer = figures["bare"]["wall_s"], figures.get("peer", {})
     export, peer_round = peer.get("export_wall_s"), peer.get("wall_s")
@@ -260,7 +261,7 @@ def print_repeat(figures: dict) -> None:
         f" ({_ratio(held, figures['store_bytes'])}); committed messages"
         f" {mirror[COMMITS.table] / 2**20:.1f} MiB more"
     )
-    print("issue 33's targets:")
+    print("targets (docs/benchmarks.md):")
     for target in targets(figures):
         print(target.line(figures["size"]))
 
