@@ -56,22 +56,19 @@ def become_subreaper() -> bool:
         return False
 
 
-def evict_from_page_cache(roots: Iterable[Path]) -> int:
+def evict_from_page_cache(roots: Iterable[Path]) -> None:
     """Drop the pages of every file under ``roots`` from the page cache (``os.sync`` first:
     a dirty page stays), so that the next command's ``disk_read_bytes`` counts what it reads
     of them; everything else (Python, Spark's jars) stays cached. A missing root is
-    skipped. Returns the bytes of the files."""
+    skipped."""
     os.sync()
-    total = 0
     for root in roots:
         for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
             fd = os.open(path, os.O_RDONLY)
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                total += os.fstat(fd).st_size
             finally:
                 os.close(fd)
-    return total
 
 
 def _children_cpu() -> float:
