@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.metrics import UNLABELLED, collect, event_log_files, phases_from_log
+from bench.metrics import (
+    UNLABELLED,
+    collect,
+    collect_queries,
+    event_log_files,
+    main,
+    phases_from_log,
+    query_figures,
+)
 
 
 def _job_start(job_id: int, at: int, stages: list[int], description: str | None) -> dict:
@@ -121,3 +129,84 @@ def test_single_file_log(tmp_path: Path) -> None:
 def test_unfinished_job_counts_no_wall_time() -> None:
     jobs, stages = collect([_job_start(0, 0, [0], "rmq-txn-reconcile: decode")])
     assert jobs[0].completed_ms is None and stages == {}
+
+
+_SQL = "org.apache.spark.sql.execution.ui.SparkListenerSQLExecution"
+
+
+def _query(query: int, start: int, end: int, description: str) -> list[dict]:
+    return [
+        {"Event": _SQL + "Start", "executionId": query, "time": start, "description": description},
+        {"Event": _SQL + "End", "executionId": query, "time": end},
+    ]
+
+
+def _read(stage_id: int, run_ms: int, records: int, shuffled: int) -> dict:
+    task = _task(stage_id, run_ms, 0)
+    task["Task Metrics"]["Input Metrics"] = {"Records Read": records}
+    task["Task Metrics"]["Shuffle Read Metrics"] = {"Total Records Read": shuffled}
+    return task
+
+
+def _in_query(job: dict, query: int) -> dict:
+    job["Properties"]["spark.sql.execution.id"] = str(query)
+    return job
+
+
+QUERY_EVENTS = [
+    *_query(0, 1_000, 5_000, "rmq-txn-reconcile: decode"),
+    # Query 0: two jobs that share stage 1 (counted once); stage 9 was skipped.
+    _in_query(_job_start(0, 1_000, [0, 1], "rmq-txn-reconcile: decode"), 0),
+    _stage(0, 1_000, 2_000, "scan"),
+    _read(0, 700, 1_000, 0),
+    _stage(1, 2_000, 3_000, "exchange"),
+    _read(1, 300, 0, 40),
+    _job_end(0, 3_000),
+    _in_query(_job_start(1, 3_000, [1, 9], "rmq-txn-reconcile: decode"), 0),
+    _job_end(1, 4_000),
+    # Query 1 ran no job (a local relation); query 2 is longer but reads less.
+    *_query(1, 5_000, 5_500, "rmq-txn-reconcile: write"),
+    *_query(2, 6_000, 12_000, "rmq-txn-reconcile: write"),
+    _in_query(_job_start(2, 6_000, [2], "rmq-txn-reconcile: write"), 2),
+    _stage(2, 6_000, 12_000, "save"),
+    _read(2, 5_000, 10, 0),
+    _job_start(3, 13_000, [3], "rmq-txn-reconcile: write"),  # no query
+]
+
+
+def test_each_query_is_its_jobs_stages_and_wall_time() -> None:
+    jobs, stages, queries = collect_queries(QUERY_EVENTS)
+    figures = query_figures(jobs, stages, queries)
+    assert [(f["query"], f["phase"], f["wall_s"], f["jobs"]) for f in figures] == [
+        (2, "write", 6.0, 1),
+        (0, "decode", 4.0, 2),
+        (1, "write", 0.5, 0),
+    ]
+    decode = figures[1]
+    assert (decode["executor_run_s"], decode["input_records"]) == (1.0, 1_000)
+    assert decode["shuffle_read_records"] == 40
+    assert figures[2]["executor_run_s"] == 0
+
+
+def test_the_command_prints_the_phases_then_the_longest_queries(tmp_path: Path, capsys) -> None:
+    (tmp_path / "local-1").write_text("\n".join(json.dumps(e) for e in QUERY_EVENTS) + "\n")
+    assert main([str(tmp_path), "--queries", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "decode: 2 job(s), 3.0 s wall, 1.0 s of tasks"
+    assert lines[2] == "3 queries, 10.5 s wall in all; the longest:"
+    assert lines[3].split() == [
+        "6.0",
+        "s",
+        "5.0",
+        "s",
+        "of",
+        "tasks",
+        "10",
+        "input",
+        "0",
+        "shuffled",
+        "query",
+        "2",
+        "(write)",
+    ]
+    assert len(lines) == 4
