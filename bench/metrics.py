@@ -219,6 +219,13 @@ def _union_seconds(intervals: list[tuple[int, int]]) -> float:
     return total / 1000
 
 
+def _ran(jobs: Iterable[Job], stages: dict[int, Stage]) -> list[Stage]:
+    """The completed stages of ``jobs``, each once: a stage two jobs list (a shuffle the
+    second reuses) ran once."""
+    stage_ids = sorted({s for job in jobs for s in job.stage_ids})
+    return [stages[s] for s in stage_ids if s in stages and stages[s].completed_ms]
+
+
 def phase_figures(jobs: dict[int, Job], stages: dict[int, Stage]) -> dict[str, dict]:
     """Per phase: jobs, wall time of its jobs (union of intervals), span, executor time,
     and its slowest stages.
@@ -229,9 +236,7 @@ def phase_figures(jobs: dict[int, Job], stages: dict[int, Stage]) -> dict[str, d
     for phase in dict.fromkeys(job.phase for job in sorted(jobs.values(), key=lambda j: j.job_id)):
         mine = [job for job in jobs.values() if job.phase == phase]
         intervals = [(j.submitted_ms, j.completed_ms) for j in mine if j.completed_ms is not None]
-        # A stage two jobs list (a shuffle one reuses) ran once: counted once.
-        stage_ids = sorted({s for job in mine for s in job.stage_ids})
-        ran = [stages[s] for s in stage_ids if s in stages and stages[s].completed_ms]
+        ran = _ran(mine, stages)
         # By executor run time, not duration: stages of one job run side by side and a
         # stage's duration counts the time its tasks waited for a core.
         slowest = sorted(ran, key=lambda s: s.run_ms, reverse=True)[:SLOWEST]
@@ -272,10 +277,9 @@ def phases_from_log(path: Path) -> dict[str, dict]:
 def query_figures(
     jobs: dict[int, Job], stages: dict[int, Stage], queries: dict[int, Query]
 ) -> list[dict]:
-    """Per query, the longest first: its phase (its first job's; a query that ran no job
-    answered on the driver, and is named by its own label), wall time, jobs, executor run
-    time and the records its stages read, from their input and from shuffles (a stage two
-    of its jobs share counts once)."""
+    """Per query, the longest first: its phase (its first job's; a query that ran no job,
+    answered on the driver, by its own label), wall time, jobs, executor run time and the
+    records its stages read, from their input and from shuffles (``_ran``)."""
     by_query: dict[int, list[Job]] = {}
     for job in sorted(jobs.values(), key=lambda j: j.job_id):
         if job.query is not None:
@@ -283,8 +287,7 @@ def query_figures(
     figures = []
     for query in queries.values():
         mine = by_query.get(query.query_id, [])
-        stage_ids = {s for job in mine for s in job.stage_ids}
-        ran = [stages[s] for s in sorted(stage_ids) if s in stages and stages[s].completed_ms]
+        ran = _ran(mine, stages)
         label = {"spark.job.description": query.description}
         figures.append(
             {
