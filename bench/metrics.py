@@ -41,6 +41,13 @@ UNLABELLED = "(unlabelled)"
 SLOWEST = 3
 
 
+def _seconds(start_ms: int | None, end_ms: int | None) -> float:
+    """Seconds from ``start_ms`` to ``end_ms``; 0 when either is unknown (never logged)."""
+    if start_ms is None or end_ms is None:
+        return 0.0
+    return (end_ms - start_ms) / 1000
+
+
 @dataclass
 class Stage:
     stage_id: int
@@ -60,9 +67,7 @@ class Stage:
 
     @property
     def duration_s(self) -> float:
-        if self.submitted_ms is None or self.completed_ms is None:
-            return 0.0
-        return (self.completed_ms - self.submitted_ms) / 1000
+        return _seconds(self.submitted_ms, self.completed_ms)
 
 
 @dataclass
@@ -86,9 +91,7 @@ class Query:
 
     @property
     def wall_s(self) -> float:
-        if self.started_ms is None or self.ended_ms is None:
-            return 0.0
-        return (self.ended_ms - self.started_ms) / 1000
+        return _seconds(self.started_ms, self.ended_ms)
 
 
 def event_log_files(path: Path) -> list[Path]:
