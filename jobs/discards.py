@@ -149,7 +149,7 @@ def _evidence(
     ``queues`` can be read; ``kept``: the final rows earlier runs decided; ``since``: the
     rows decided against what arrived since the last run's view."""
     params = state.params
-    assert state.evidence is not None  # checked by the caller
+    assert state.retained is not None  # checked by the caller
     # A discarded transaction has about check_max + 2 half records before T (its original,
     # its check copies, an immunity copy): that many rows per discard decide whether they
     # are broadcast against every op item and commit; the discard rows alone whether they
@@ -158,7 +158,7 @@ def _evidence(
     few = named.records <= materializer.broadcast_rows
     small = named.records * per_discard <= materializer.broadcast_rows
     every = evidence_from(
-        state.evidence,
+        state.retained,
         usable,
         state.pending,
         no_commits(spark),
@@ -248,7 +248,7 @@ def build_discard_history(
     run left ``unresolved`` are decided against what arrived since, and the history
     carries this run's view."""
     params = state.params
-    if state.evidence is None:
+    if state.retained is None:
         raise ValueError("the discard history reads the round's records: this round kept none")
     # The job's one way of caching a small frame several readers share (released below).
     materializer = SparkMaterializer.for_session(spark)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from transforms.messages import QUEUE_KEY
-from transforms.queue_values import joined_values, literal_values
+from transforms.queue_values import joined_floor, joined_values, literal_floor, literal_values
 
 # Up to this many records from h0 (bounded by the queues' offsets), the round's joins
 # broadcast them (the usual case: the committed offset is near the end of the queue);
@@ -185,6 +185,17 @@ class SparkMaterializer:
         if len(rows) > self.literal_queues:
             return joined_values(records, queues, columns)
         return literal_values(records, queues, rows, columns)
+
+    def floored(self, records: DataFrame, queues: DataFrame, column: str) -> DataFrame:
+        """``records`` of the queues of ``queues`` at offsets >= their ``column``: up to
+        ``literal_queues`` queues as a condition of literals, which Spark pushes into the
+        scan of the mirror's files (it skips the row groups below every floor), beyond as
+        a broadcast join (a job)."""
+        limited = queues.select(*QUEUE_KEY, column).limit(self.literal_queues + 1)
+        rows = limited.collect()  # <= literal_queues + 1 rows
+        if len(rows) > self.literal_queues:
+            return joined_floor(records, queues, column)
+        return literal_floor(records, rows, column)
 
     def release(self) -> None:
         """Nothing to free here: a checkpointed frame's rows go with the frame (Spark's

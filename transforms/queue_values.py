@@ -6,6 +6,10 @@ its records. A broadcast join does it for any number of queues, but every broadc
 Spark job of its own, a local relation's too; a handful of queues (the transaction topics
 have one queue per broker) can ride in the plan as a literal map instead, and cost no job.
 Which one a run uses is the job's decision (``jobs.materialize``); both give the same rows.
+
+A per-queue *floor* (the first queue offset a stage reads) is applied the same two ways: a
+join, or a condition of literals, which a scan of Parquet files (the mirror) takes as a
+pushed filter, so that it reads only the row groups from the floor on.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from transforms.messages import QUEUE_KEY
 # (records, per-queue frame, value columns) -> the records of the frame's queues, with
 # the value columns: ``joined_values`` or ``literal_values`` over the frame's rows.
 Attach = Callable[[DataFrame, DataFrame, Sequence[str]], DataFrame]
+# (records, per-queue frame, floor column) -> the records of the frame's queues at queue
+# offsets >= the floor (none of a queue whose floor is null): ``joined_floor`` or
+# ``literal_floor`` over the frame's rows.
+Floor = Callable[[DataFrame, DataFrame, str], DataFrame]
 
 _VALUES = "_queue_values"
 
@@ -54,6 +62,31 @@ def literal_values(
     return found.select(
         *records.columns, *[F.col(f"{_VALUES}.{name}").alias(name) for name in columns]
     )
+
+
+def joined_floor(records: DataFrame, queues: DataFrame, column: str) -> DataFrame:
+    """``records`` of the queues of ``queues`` at queue offsets >= their ``column``."""
+    floor = F.col(f"{_VALUES}.{column}")
+    values = F.broadcast(queues.select(*QUEUE_KEY, F.struct(column).alias(_VALUES)))
+    joined = records.join(values, QUEUE_KEY, how="inner")
+    return joined.filter(F.col("queue_offset") >= floor).select(*records.columns)
+
+
+def literal_floor(records: DataFrame, rows: Sequence[Row], column: str) -> DataFrame:
+    """What ``joined_floor`` gives, from ``rows`` (the per-queue rows, already on the
+    driver): one condition of literals, ``(broker, queue_id) = (b, q) and queue_offset >=
+    floor`` or'ed over the queues, which Spark pushes into a Parquet scan below it."""
+    condition = F.lit(False)
+    for row in rows:
+        if row[column] is None:  # as the join: a null floor keeps nothing
+            continue
+        one = (
+            (F.col("broker") == F.lit(row["broker"]))
+            & (F.col("queue_id") == F.lit(row["queue_id"]))
+            & (F.col("queue_offset") >= F.lit(row[column]))
+        )
+        condition = condition | one
+    return records.filter(condition)
 
 
 def per_broker(values: Mapping[str, object], data_type: str) -> Column:

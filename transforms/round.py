@@ -25,6 +25,14 @@ from transforms.anomalies import (
 )
 from transforms.broker_round import broker_round
 from transforms.broker_view import BROKER_ROW_COLUMNS
+from transforms.floors import (
+    HALF_FLOOR,
+    OP_FLOOR,
+    linked_facts,
+    reaching_facts,
+    with_half_floors,
+    with_op_floor,
+)
 from transforms.messages import is_half, is_op, stored_before
 from transforms.offsets import (
     round_starts,
@@ -35,7 +43,7 @@ from transforms.offsets import (
 )
 from transforms.ops import explode_op_items
 from transforms.params import RoundParams
-from transforms.queue_values import joined_values
+from transforms.queue_values import joined_floor, joined_values
 from transforms.resolve import transaction_records
 from transforms.round_stages import (
     NOTE,
@@ -86,6 +94,12 @@ class Materializer(Protocol):
         (``transforms.queue_values``: a join, or literals the records look up)."""
         ...
 
+    def floored(self, records: DataFrame, queues: DataFrame, column: str) -> DataFrame:
+        """``records`` of the queues of ``queues`` (a per-queue frame) at queue offsets >=
+        their ``column`` (``transforms.queue_values``: a join, or a condition of literals
+        that a scan of files takes as a pushed filter)."""
+        ...
+
     def release(self) -> None:
         """Free whatever ``records`` and ``kept`` kept."""
         ...
@@ -113,6 +127,9 @@ class Lazy:
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         return joined_values(records, queues, columns)
 
+    def floored(self, records: DataFrame, queues: DataFrame, column: str) -> DataFrame:
+        return joined_floor(records, queues, column)
+
     def release(self) -> None:
         return None
 
@@ -133,8 +150,11 @@ class RoundState:
         broker: the broker's own next round per queue (``transforms.broker_round``),
             walked from the same start offsets.
         materialize: what materialised the round's frames (its ``release`` frees them).
-        evidence: the half and op records the anomaly rules read (``transforms.anomalies``);
-            None: no anomaly is looked for.
+        evidence: the half and op records the anomaly rules read (``transforms.anomalies``),
+            from the floors; None: no anomaly is looked for.
+        retained: every readable half and op record stored before T (and ``linked``), which
+            the discard history reads (its transactions lie below the floors); None: no
+            history is decided.
     """
 
     pending: DataFrame
@@ -144,6 +164,7 @@ class RoundState:
     broker: DataFrame
     materialize: Materializer = LAZY
     evidence: RoundEvidence | None = None
+    retained: RoundEvidence | None = None
 
     def unpersist(self) -> None:
         self.materialize.release()
@@ -164,8 +185,7 @@ def classify_round(
     Args:
         messages: readable records (``SOURCED_MESSAGE``, or the store reader's lean
             records) of the half and op topics, any store time, duplicates allowed; an
-            ``offset_unique`` column (the store reader's) spares its records the
-            duplicate check.
+            ``offset_unique`` column (the store reader's) spares them the duplicate check.
         committed_offsets: ``COMMITTED_OFFSET`` rows.
         params: T, run id, broker configuration.
         bad_input: ``BAD_RECORD`` rows the readers produced (optional).
@@ -186,36 +206,50 @@ def classify_round(
     marked = marked if offsets_unique else m.records(marked)
     readable = no_duplicates(marked)
     current = readable.filter(stored_before(params.as_of_ms))
-    half, ops = current.filter(is_half()), current.filter(is_op())
-    # Op bodies are split and parsed once: named offsets, done-ness, unparsable items.
-    op_items = m.records(explode_op_items(ops))
+    every_half, every_op = current.filter(is_half()), current.filter(is_op())
     starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
-    # Only records from h0 on are classified, and only their transactions resolved.
-    from_h0 = m.records(records_from_h0(half, starts, m.attach))
-    small = m.is_small(records_from_h0_bound(starts))
-    # Every half record of the transactions from h0: resolution reads them, and the anomaly
-    # rules' transactions (a record in [h0, h1)) are among them. Held, so that the rules do
-    # not scan every half record again.
+    # Only records from h0 on are classified, and only their transactions resolved; every
+    # later stage but the bad records reads the records from the floors on.
+    from_h0, small, half, ops = _from_floors(every_half, every_op, starts, m)
+    # Op bodies are split and parsed once: named offsets, done-ness.
+    op_items = m.records(explode_op_items(ops))
+    # Every half record of the transactions from h0: resolution reads them, and so do the
+    # anomaly rules (their transactions have a record in [h0, h1)). Held for both.
     linked = m.records(transaction_records(half, from_h0, small))
     # Records from h0, their class and the op that settled them (null: really pending). Held:
     # the stop offsets are aggregated before statuses are set; the broker's walk reads all.
     settled = m.records(classified(settled_from_h0(linked, op_items, from_h0, small), params))
     candidates = unresolved(settled)
     h1s = m.per_queue(with_h1(starts, stop_facts(candidates)))
-    # Kept: counted per queue now, then read by every output table, the anomaly rules and
-    # the discard history.
+    # Kept: counted per queue now, then read by every table, the rules and the history.
     pending = m.kept(with_statuses(candidates, h1s, m.attach))
     safe = m.per_queue(with_h_safe(h1s, status_facts(pending, params)))
-    # Found once (usually a few): counted per queue below, then written by the job.
-    bad_records = m.kept(round_bad_records(marked, op_items, half, bad_input))
+    # Found once (usually a few) in every record: counted per queue below, then written.
+    every_item = explode_op_items(every_op)  # read by the bad records and the history
+    bad_records = m.kept(round_bad_records(marked, every_item, every_half, bad_input))
     note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
     rows = window_rows(half, ops, op_items, safe, params, m.attach)  # the end offsets' records
     queues = queue_summary(
         safe, window_facts(rows), bad_record_facts(bad_records), note_facts(note_rows)
     )
-    evidence = RoundEvidence(half, ops, op_items, linked)  # lazy: its consumer holds it
+    # Lazy: their consumers hold them. The discard history reaches below the floors.
+    evidence = RoundEvidence(half, ops, op_items, linked)
+    retained = RoundEvidence(every_half, every_op, every_item, linked)
     # The broker's own round from the same starts (each action with its record's columns).
     # Held: check_requests, discards and the small tables read it.
     walked = broker_round(settled, ops, starts, params, attach=m.attach, carried=BROKER_ROW_COLUMNS)
     broker = m.kept(walked)
-    return RoundState(pending, queues, bad_records, params, broker, m, evidence)
+    return RoundState(pending, queues, bad_records, params, broker, m, evidence, retained)
+
+
+def _from_floors(
+    half: DataFrame, ops: DataFrame, starts: DataFrame, m: Materializer
+) -> tuple[DataFrame, bool, DataFrame, DataFrame]:
+    """The half records from h0 (held), whether they may be broadcast, and the half and op
+    records from their queues' floors (``transforms.floors``: two per-queue frames, each
+    an aggregate of one light scan)."""
+    from_h0 = m.records(records_from_h0(half, starts, m.floored))
+    small = m.is_small(records_from_h0_bound(starts))
+    half_floors = m.per_queue(with_half_floors(starts, linked_facts(half, from_h0, small)))
+    floors = m.per_queue(with_op_floor(half_floors, reaching_facts(ops, half_floors, m.attach)))
+    return from_h0, small, m.floored(half, floors, HALF_FLOOR), m.floored(ops, floors, OP_FLOOR)

@@ -41,7 +41,7 @@ from transforms.offsets import p1_and_p_safe
 from transforms.ops import OP_OFFSET, named_offsets, unparsable_items
 from transforms.params import RoundParams
 from transforms.picture import BAD_PLACES, bad_record_places, offset_hold
-from transforms.queue_values import Attach, joined_values
+from transforms.queue_values import Attach, Floor, joined_floor, joined_values
 from transforms.resolve import (
     SETTLED_BY,
     resolved_transactions,
@@ -73,15 +73,10 @@ def marked_records(records: DataFrame) -> DataFrame:
     return mark_duplicates(records, F.col(OFFSET_UNIQUE)).drop(OFFSET_UNIQUE)
 
 
-def records_from_h0(
-    half: DataFrame, starts: DataFrame, attach: Attach = joined_values
-) -> DataFrame:
-    """Half records at offsets >= h0 of their queue: the only ones classified."""
-    return (
-        attach(half, starts, ["h0"])
-        .filter(F.col("queue_offset") >= F.col("h0"))
-        .select(*half.columns)
-    )
+def records_from_h0(half: DataFrame, starts: DataFrame, floor: Floor = joined_floor) -> DataFrame:
+    """Half records at offsets >= h0 of their queue: the only ones classified. ``floor``:
+    the job's (``Materializer.floored``), a condition its scan skips the rest by."""
+    return floor(half, starts, "h0")
 
 
 def records_from_h0_bound(starts: DataFrame) -> DataFrame:

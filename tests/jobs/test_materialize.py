@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from jobs.materialize import DriverRowsError, SparkMaterializer, collect_together
 from tests.spark_cache import holds_cached_frames
@@ -62,6 +64,44 @@ def test_attach_gives_the_joins_rows_as_a_literal_up_to_the_limit(
         "broker STRING, queue_id INT, queue_offset LONG, h0 LONG",
     )
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("limit", [1, 2], ids=["join", "literal"])
+def test_floored_gives_the_joins_rows_as_a_literal_up_to_the_limit(
+    spark: SparkSession, limit: int
+) -> None:
+    queues = SparkMaterializer().per_queue(
+        spark.createDataFrame([("a", 0, 5, []), ("a", 1, None, [])], QUEUES)
+    )
+    records = spark.createDataFrame(
+        [("a", 0, 4), ("a", 0, 5), ("a", 0, 9), ("a", 1, 2), ("b", 0, 7)],
+        "broker STRING, queue_id INT, queue_offset LONG",
+    )
+    got = SparkMaterializer(literal_queues=limit).floored(records, queues, "h0")
+    assert ("Join" in got._jdf.queryExecution().optimizedPlan().toString()) == (limit == 1)
+    # From the floor on; a null floor and a queue without a row keep nothing, as a join.
+    expected = spark.createDataFrame(
+        [("a", 0, 5), ("a", 0, 9)], "broker STRING, queue_id INT, queue_offset LONG"
+    )
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_literal_floor_is_pushed_into_the_scan_of_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The point of the literal: the mirror's scan skips the row groups below every floor.
+    path = str(tmp_path / "records")
+    spark.range(100).selectExpr("0 AS queue_id", "id AS queue_offset").write.parquet(path)
+    scanned = spark.read.parquet(path).select(F.lit("a").alias("broker"), "*")
+    queues = SparkMaterializer().per_queue(spark.createDataFrame([("a", 0, 90, [])], QUEUES))
+    got = SparkMaterializer().floored(scanned, queues, "h0")
+    spark.conf.set("spark.sql.maxMetadataStringLength", "1000")  # the scan's filters, whole
+    try:
+        plan = _plan(got)
+    finally:
+        spark.conf.unset("spark.sql.maxMetadataStringLength")
+    assert "GreaterThanOrEqual(queue_offset,90)" in plan.split("PushedFilters:")[1]
+    assert sorted(row["queue_offset"] for row in got.collect()) == list(range(90, 100))
 
 
 def _plan(frame: DataFrame) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
@@ -96,3 +97,36 @@ def test_broker_version_49_keeps_p1_at_an_op_of_another_tag(spark: SparkSession)
             _rows(spark, [{"p0": 0, "p1": p1, "p_safe": 1}], summary_ddl),
             ignore_nullable=True,
         )
+
+
+@pytest.mark.parametrize("literal_queues", [0, 64], ids=["join", "literal"])
+def test_a_transaction_reaching_far_below_the_committed_offsets_is_resolved(
+    spark: SparkSession, literal_queues: int
+) -> None:
+    # Spec §4: rule 3 reaches every half record of a transaction, below h0 included, and
+    # rule 2 an immunity copy's original, whatever its key; the op records naming those may
+    # lie far below p0. The round reads from floors (transforms.floors) that must reach
+    # both: the put-back copy of K (20) is resolved through K's original (8) and op 8, the
+    # immunity copy P (21) through its original (3) and op 3, below K's original.
+    records = [half(i, 60 * S, key="K" if i == 8 else f"T{i}") for i in range(20)]
+    records += [op(i, f"{i},") for i in range(20)]
+    records += [
+        half(20, 60 * S, key="K"),
+        half(21, 60 * S, key="P", prepared=3),
+        half(22, 60 * S, key="M"),
+    ]
+    out = collect_outputs(
+        reconcile(
+            frame(spark, records),
+            committed(spark, committed_rows(20, 20)),
+            params(),
+            materialize=SparkMaterializer(literal_queues=literal_queues),
+        )
+    )
+    ddl = "half_offset BIGINT, status STRING"
+    assert_df_equality(
+        _rows(spark, out["pending"], ddl),
+        spark.createDataFrame([(22, "check")], ddl),
+        ignore_nullable=True,
+    )
+    assert [(row["h0"], row["resolved"]) for row in out["run_summary"]] == [(20, 2)]
