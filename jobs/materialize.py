@@ -43,6 +43,12 @@ LITERAL_QUEUES = 64
 ADAPTIVE_FROM_RECORDS = 500_000
 
 
+# From this many records below the start offsets on, the round finds its floors and reads
+# from them (``transforms.floors``): below it, the floors' two scans and their Spark jobs
+# cost more than the stages save (docs/benchmarks.md, "The round reads from per-queue
+# floors").
+FLOORS_FROM_RECORDS = 4_000_000
+
 # Without adaptive execution nothing sizes a shuffle's partitions from what it holds: a
 # small read shuffles into this many (one per core of a local[2] run), not into
 # ``shuffle_partitions`` tasks per stage, most of them empty.
@@ -110,17 +116,20 @@ def collect_together(
 class SparkMaterializer:
     """Holds the record-level frames several stages read behind one-leaf plans (``records``,
     ``kept``), localises per-queue frames, bounds the records from h0 to choose broadcast or
-    shuffle, and attaches per-queue values as literals when the queues are few."""
+    shuffle and those below the starts to choose whether the round finds its floors, and
+    attaches per-queue values as literals when the queues are few."""
 
     def __init__(
         self,
         broadcast_rows: int = BROADCAST_ROWS,
         max_queue_rows: int = MAX_QUEUE_ROWS,
         literal_queues: int = LITERAL_QUEUES,
+        floor_rows: int = 0,
     ) -> None:
         self.broadcast_rows = broadcast_rows
         self.max_queue_rows = max_queue_rows
         self.literal_queues = literal_queues
+        self.floor_rows = floor_rows
 
     @classmethod
     def for_session(cls, spark: SparkSession) -> SparkMaterializer:
@@ -129,7 +138,8 @@ class SparkMaterializer:
         broadcast is a Spark job of its own and a shuffle one more stage of a query's
         one job."""
         adaptive = spark.conf.get("spark.sql.adaptive.enabled", "true") == "true"
-        return cls() if adaptive else cls(broadcast_rows=0)
+        broadcast_rows = BROADCAST_ROWS if adaptive else 0
+        return cls(broadcast_rows=broadcast_rows, floor_rows=FLOORS_FROM_RECORDS)
 
     def records(self, frame: DataFrame) -> DataFrame:
         """A record-level frame several stages read, behind a plan of one leaf: Spark's
@@ -170,10 +180,19 @@ class SparkMaterializer:
         """Whether the per-queue upper bounds (``rows``) of the records from h0 sum to at
         most ``broadcast_rows``. The bounds are a projection of the round's start offsets,
         already local: no Spark job runs (counting the records themselves took one)."""
-        rows = bound.select("rows").collect()  # one row per queue
+        return self._summed_rows(bound) <= self.broadcast_rows
+
+    def floors_pay(self, below: DataFrame) -> bool:
+        """Whether ``floor_rows`` records or more lie below the start offsets (the per-queue
+        ``rows`` of ``below``, a projection of the local start offsets: no job)."""
+        return self._summed_rows(below) >= self.floor_rows
+
+    def _summed_rows(self, per_queue: DataFrame) -> int:
+        """The sum of a local per-queue frame's ``rows``."""
+        rows = per_queue.select("rows").collect()  # one row per queue
         if len(rows) > self.max_queue_rows:
-            raise DriverRowsError(f"{len(rows)} per-queue bounds, more than any set of queues")
-        return sum(row["rows"] for row in rows) <= self.broadcast_rows
+            raise DriverRowsError(f"{len(rows)} per-queue counts, more than any set of queues")
+        return sum(row["rows"] for row in rows)
 
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         """``records`` with ``columns`` of the per-queue frame ``queues``: up to

@@ -53,6 +53,7 @@ from transforms.round_stages import (
     no_duplicates,
     note_facts,
     queue_summary,
+    records_below_starts,
     records_from_h0,
     records_from_h0_bound,
     round_bad_records,
@@ -89,6 +90,13 @@ class Materializer(Protocol):
         has per queue an upper bound of their number (``rows``, ``records_from_h0_bound``)."""
         ...
 
+    def floors_pay(self, below: DataFrame) -> bool:
+        """Whether the round finds its floors (``transforms.floors``: two light scans and
+        their jobs) and reads from them; ``below`` has per queue about how many records lie
+        below h0 and p0 (``rows``, ``records_below_starts``). Both answers give the same
+        round."""
+        ...
+
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         """``records`` of the queues of ``queues`` (a per-queue frame) with its ``columns``
         (``transforms.queue_values``: a join, or literals the records look up)."""
@@ -108,9 +116,10 @@ class Materializer(Protocol):
 @dataclass(frozen=True)
 class Lazy:
     """The identity ``Materializer``: every frame stays lazy; ``small`` answers
-    ``is_small`` (both answers give the same round)."""
+    ``is_small`` and ``floors`` ``floors_pay`` (either answer gives the same round)."""
 
     small: bool = False
+    floors: bool = True
 
     def records(self, frame: DataFrame) -> DataFrame:
         return frame
@@ -123,6 +132,9 @@ class Lazy:
 
     def is_small(self, bound: DataFrame) -> bool:
         return self.small
+
+    def floors_pay(self, below: DataFrame) -> bool:
+        return self.floors
 
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         return joined_values(records, queues, columns)
@@ -247,9 +259,11 @@ def _from_floors(
 ) -> tuple[DataFrame, bool, DataFrame, DataFrame]:
     """The half records from h0 (held), whether they may be broadcast, and the half and op
     records from their queues' floors (``transforms.floors``: two per-queue frames, each
-    an aggregate of one light scan)."""
+    an aggregate of one light scan) when those pay, else every one."""
     from_h0 = m.records(records_from_h0(half, starts, m.floored))
     small = m.is_small(records_from_h0_bound(starts))
+    if not m.floors_pay(records_below_starts(starts)):
+        return from_h0, small, half, ops
     half_floors = m.per_queue(with_half_floors(starts, linked_facts(half, from_h0, small)))
     floors = m.per_queue(with_op_floor(half_floors, reaching_facts(ops, half_floors, m.attach)))
     return from_h0, small, m.floored(half, floors, HALF_FLOOR), m.floored(ops, floors, OP_FLOOR)

@@ -87,6 +87,15 @@ def records_from_h0_bound(starts: DataFrame) -> DataFrame:
     return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
 
 
+def records_below_starts(starts: DataFrame) -> DataFrame:
+    """``broker, queue_id, rows``: about this many records of the queue lie below h0 and
+    p0 (those read, less the offsets from h0 and from p0 to the ends), without reading a
+    record: what reading from the floors can spare (``transforms.floors``)."""
+    from_starts = (F.col("half_end") - F.col("h0")) + (F.col("op_end") - F.col("p0"))
+    rows = F.greatest(F.col("records_read") - F.coalesce(from_starts, F.lit(0)), F.lit(0))
+    return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
+
+
 def settled_from_h0(
     linked: DataFrame, op_items: DataFrame, from_h0: DataFrame, small: bool
 ) -> DataFrame:

@@ -45,6 +45,16 @@ def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
     assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
 
 
+def test_floors_pay_from_the_summed_records_below_the_starts(spark: SparkSession) -> None:
+    below = spark.createDataFrame(
+        [("a", 0, 3), ("b", 0, 2)], "broker STRING, queue_id INT, rows LONG"
+    )
+    assert SparkMaterializer(floor_rows=5).floors_pay(below)
+    assert not SparkMaterializer(floor_rows=6).floors_pay(below)
+    # The job's own: only a store with many records below the starts is read from floors.
+    assert not SparkMaterializer.for_session(spark).floors_pay(below)
+
+
 @pytest.mark.parametrize("limit", [1, 2], ids=["join", "literal"])
 def test_attach_gives_the_joins_rows_as_a_literal_up_to_the_limit(
     spark: SparkSession, limit: int

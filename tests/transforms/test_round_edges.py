@@ -99,9 +99,17 @@ def test_broker_version_49_keeps_p1_at_an_op_of_another_tag(spark: SparkSession)
         )
 
 
-@pytest.mark.parametrize("literal_queues", [0, 64], ids=["join", "literal"])
+@pytest.mark.parametrize(
+    "materialize",
+    [
+        SparkMaterializer(literal_queues=0),
+        SparkMaterializer(literal_queues=64),
+        SparkMaterializer(floor_rows=2**62),
+    ],
+    ids=["join", "literal", "no-floors"],
+)
 def test_a_transaction_reaching_far_below_the_committed_offsets_is_resolved(
-    spark: SparkSession, literal_queues: int
+    spark: SparkSession, materialize: SparkMaterializer
 ) -> None:
     # Spec §4: rule 3 reaches every half record of a transaction, below h0 included, and
     # rule 2 an immunity copy's original, whatever its key; the op records naming those may
@@ -120,7 +128,7 @@ def test_a_transaction_reaching_far_below_the_committed_offsets_is_resolved(
             frame(spark, records),
             committed(spark, committed_rows(20, 20)),
             params(),
-            materialize=SparkMaterializer(literal_queues=literal_queues),
+            materialize=materialize,
         )
     )
     ddl = "half_offset BIGINT, status STRING"

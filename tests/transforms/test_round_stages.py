@@ -24,6 +24,7 @@ from transforms.round_stages import (
     marked_records,
     note_facts,
     queue_summary,
+    records_below_starts,
     records_from_h0,
     records_from_h0_bound,
     round_bad_records,
@@ -101,6 +102,22 @@ def test_records_from_h0_are_bounded_by_the_half_end(spark: SparkSession) -> Non
         "broker STRING, queue_id INT, rows LONG",
     )
     assert_df_equality(records_from_h0_bound(starts), expected, ignore_nullable=True)
+
+
+def test_records_below_starts_are_those_read_less_those_from_h0_and_p0(
+    spark: SparkSession,
+) -> None:
+    starts = spark.createDataFrame(
+        [("b", 0, 4, 10, 2, 5, 20), ("b", 1, 0, 0, 0, 0, 0), ("c", 0, 9, 9, 0, 3, 1)],
+        "broker STRING, queue_id INT, h0 LONG, half_end LONG, p0 LONG, op_end LONG,"
+        " records_read LONG",
+    )
+    expected = spark.createDataFrame(
+        # 20 read, 6 from h0, 3 from p0; never negative (records stored after T are read).
+        [("b", 0, 11), ("b", 1, 0), ("c", 0, 0)],
+        "broker STRING, queue_id INT, rows LONG",
+    )
+    assert_df_equality(records_below_starts(starts), expected, ignore_nullable=True)
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["broadcast", "shuffle"])
