@@ -3,11 +3,13 @@
 ``classify_round`` composes the stages of ``transforms.round_stages`` (resolution and
 classification, the heavy joins) into a ``RoundState``, so that a job can materialise what
 several output tables share; ``transforms.outputs.shape_tables`` derives every output
-table from it.
+table from it. Past the start offsets, its stages read the records from the floors of
+``transforms.floors`` when those pay (all but the bad records: facts of every record).
 
 Nothing here runs a Spark job by itself. Where the round would profit from caching a
-frame several stages read, from bringing a per-queue frame to the driver, or from
-broadcasting the records from h0, it asks a ``Materializer`` passed in: the job's
+frame several stages read, from bringing a per-queue frame to the driver, from
+broadcasting the records from h0 or from reading from the floors, it asks a
+``Materializer`` passed in: the job's
 (``jobs.materialize``) checkpoints, caches and collects; ``LAZY`` (tests, notebooks that materialise
 themselves) leaves every frame lazy.
 """

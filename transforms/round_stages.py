@@ -74,8 +74,9 @@ def marked_records(records: DataFrame) -> DataFrame:
 
 
 def records_from_h0(half: DataFrame, starts: DataFrame, floor: Floor = joined_floor) -> DataFrame:
-    """Half records at offsets >= h0 of their queue: the only ones classified. ``floor``:
-    the job's (``Materializer.floored``), a condition its scan skips the rest by."""
+    """Half records at offsets >= h0 of their queue: the only ones classified. ``floor``
+    cuts them (the job's ``Materializer.floored`` is a condition the mirror's scan takes
+    as a pushed filter)."""
     return floor(half, starts, "h0")
 
 
