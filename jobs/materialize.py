@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from transforms.messages import QUEUE_KEY
 from transforms.queue_values import joined_floor, joined_values, literal_floor, literal_values
+from transforms.round import ReadSizes
 
 # Up to this many records from h0 (bounded by the queues' offsets), the round's joins
 # broadcast them (the usual case: the committed offset is near the end of the queue);
@@ -176,23 +177,17 @@ class SparkMaterializer:
             )
         return frame.sparkSession.createDataFrame(table, schema=frame.schema)
 
-    def is_small(self, bound: DataFrame) -> bool:
-        """Whether the per-queue upper bounds (``rows``) of the records from h0 sum to at
-        most ``broadcast_rows``. The bounds are a projection of the round's start offsets,
-        already local: no Spark job runs (counting the records themselves took one)."""
-        return self._summed_rows(bound) <= self.broadcast_rows
-
-    def floors_pay(self, below: DataFrame) -> bool:
-        """Whether ``floor_rows`` records or more lie below the start offsets (the per-queue
-        ``rows`` of ``below``, a projection of the local start offsets: no job)."""
-        return self._summed_rows(below) >= self.floor_rows
-
-    def _summed_rows(self, per_queue: DataFrame) -> int:
-        """The sum of a local per-queue frame's ``rows``."""
-        rows = per_queue.select("rows").collect()  # one row per queue
+    def sizes(self, bounds: DataFrame) -> ReadSizes:
+        """The records from h0 may be broadcast when their per-queue bounds (``from_h0``)
+        sum to at most ``broadcast_rows``; the round reads from its floors when
+        ``floor_rows`` records or more lie below the starts (``below``). The bounds are a
+        projection of the round's start offsets, already local: no Spark job runs
+        (counting the records themselves took one), and both come from one collect."""
+        rows = bounds.select("from_h0", "below").collect()  # one row per queue
         if len(rows) > self.max_queue_rows:
-            raise DriverRowsError(f"{len(rows)} per-queue counts, more than any set of queues")
-        return sum(row["rows"] for row in rows)
+            raise DriverRowsError(f"{len(rows)} per-queue bounds, more than any set of queues")
+        small = sum(row["from_h0"] for row in rows) <= self.broadcast_rows
+        return ReadSizes(small, sum(row["below"] for row in rows) >= self.floor_rows)
 
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         """``records`` with ``columns`` of the per-queue frame ``queues``: up to

@@ -55,9 +55,8 @@ from transforms.round_stages import (
     no_duplicates,
     note_facts,
     queue_summary,
-    records_below_starts,
+    read_bounds,
     records_from_h0,
-    records_from_h0_bound,
     round_bad_records,
     round_records,
     settled_from_h0,
@@ -66,6 +65,14 @@ from transforms.round_stages import (
     unresolved,
     with_statuses,
 )
+
+
+@dataclass(frozen=True)
+class ReadSizes:
+    """What the round's reads are sized for; either answer of each gives the same round."""
+
+    small: bool  # the records from h0 may be broadcast (else Spark shuffles)
+    floors: bool  # the round finds its floors and reads from them
 
 
 class Materializer(Protocol):
@@ -87,16 +94,11 @@ class Materializer(Protocol):
         it to the driver and back as a local relation)."""
         ...
 
-    def is_small(self, bound: DataFrame) -> bool:
-        """Whether the records from h0 may be broadcast (else Spark shuffles); ``bound``
-        has per queue an upper bound of their number (``rows``, ``records_from_h0_bound``)."""
-        ...
-
-    def floors_pay(self, below: DataFrame) -> bool:
-        """Whether the round finds its floors (``transforms.floors``: two light scans and
-        their jobs) and reads from them; ``below`` has per queue about how many records lie
-        below h0 and p0 (``rows``, ``records_below_starts``). Both answers give the same
-        round."""
+    def sizes(self, bounds: DataFrame) -> ReadSizes:
+        """From per-queue ``bounds`` (``read_bounds``: how many half records from h0 at
+        most, about how many records below h0 and p0): whether the records from h0 may be
+        broadcast (else Spark shuffles), and whether the round finds its floors
+        (``transforms.floors``: two light scans and their jobs) and reads from them."""
         ...
 
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -117,8 +119,8 @@ class Materializer(Protocol):
 
 @dataclass(frozen=True)
 class Lazy:
-    """The identity ``Materializer``: every frame stays lazy; ``small`` answers
-    ``is_small`` and ``floors`` ``floors_pay`` (either answer gives the same round)."""
+    """The identity ``Materializer``: every frame stays lazy; ``small`` and ``floors`` are
+    its ``sizes``."""
 
     small: bool = False
     floors: bool = True
@@ -132,11 +134,8 @@ class Lazy:
     def per_queue(self, frame: DataFrame) -> DataFrame:
         return frame
 
-    def is_small(self, bound: DataFrame) -> bool:
-        return self.small
-
-    def floors_pay(self, below: DataFrame) -> bool:
-        return self.floors
+    def sizes(self, bounds: DataFrame) -> ReadSizes:
+        return ReadSizes(self.small, self.floors)
 
     def attach(self, records: DataFrame, queues: DataFrame, columns: Sequence[str]) -> DataFrame:
         return joined_values(records, queues, columns)
@@ -263,8 +262,9 @@ def _from_floors(
     records from their queues' floors (``transforms.floors``: two per-queue frames, each
     an aggregate of one light scan) when those pay, else every one."""
     from_h0 = m.records(records_from_h0(half, starts, m.floored))
-    small = m.is_small(records_from_h0_bound(starts))
-    if not m.floors_pay(records_below_starts(starts)):
+    sizes = m.sizes(read_bounds(starts))
+    small = sizes.small
+    if not sizes.floors:
         return from_h0, small, half, ops
     half_floors = m.per_queue(with_half_floors(starts, linked_facts(half, from_h0, small)))
     floors = m.per_queue(with_op_floor(half_floors, reaching_facts(ops, half_floors, m.attach)))

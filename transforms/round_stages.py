@@ -80,21 +80,22 @@ def records_from_h0(half: DataFrame, starts: DataFrame, floor: Floor = joined_fl
     return floor(half, starts, "h0")
 
 
-def records_from_h0_bound(starts: DataFrame) -> DataFrame:
-    """``broker, queue_id, rows``: at most this many half records from h0 per queue.
-    Offsets of the records stored before T are below ``half_end`` and unique once
-    duplicates are settled, so ``half_end - h0`` bounds them without reading a record."""
-    rows = F.greatest(F.coalesce(F.col("half_end") - F.col("h0"), F.lit(0)), F.lit(0))
-    return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
+def read_bounds(starts: DataFrame) -> DataFrame:
+    """``broker, queue_id, from_h0, below`` per queue, without reading a record:
 
-
-def records_below_starts(starts: DataFrame) -> DataFrame:
-    """``broker, queue_id, rows``: about this many records of the queue lie below h0 and
-    p0 (those read, less the offsets from h0 and from p0 to the ends), without reading a
-    record: what reading from the floors can spare (``transforms.floors``)."""
+    - ``from_h0``: at most this many half records from h0. Offsets of the records stored
+      before T are below ``half_end`` and unique once duplicates are settled, so
+      ``half_end - h0`` bounds them;
+    - ``below``: about this many records lie below h0 and p0 (those read, less the offsets
+      from h0 and from p0 to the ends): what reading from the floors can spare
+      (``transforms.floors``).
+    """
+    from_h0 = F.greatest(F.coalesce(F.col("half_end") - F.col("h0"), F.lit(0)), F.lit(0))
     from_starts = (F.col("half_end") - F.col("h0")) + (F.col("op_end") - F.col("p0"))
-    rows = F.greatest(F.col("records_read") - F.coalesce(from_starts, F.lit(0)), F.lit(0))
-    return starts.select(*QUEUE_KEY, rows.cast("long").alias("rows"))
+    below = F.greatest(F.col("records_read") - F.coalesce(from_starts, F.lit(0)), F.lit(0))
+    return starts.select(
+        *QUEUE_KEY, from_h0.cast("long").alias("from_h0"), below.cast("long").alias("below")
+    )
 
 
 def settled_from_h0(

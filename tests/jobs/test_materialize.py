@@ -35,24 +35,16 @@ def test_per_queue_refuses_a_frame_larger_than_any_set_of_queues(spark: SparkSes
         SparkMaterializer(max_queue_rows=10).per_queue(records)
 
 
-def test_is_small_compares_the_summed_bounds_with_the_broadcast_limit(
-    spark: SparkSession,
-) -> None:
-    bound = spark.createDataFrame(
-        [("a", 0, 3), ("b", 0, 2)], "broker STRING, queue_id INT, rows LONG"
+def test_sizes_compare_the_summed_bounds_with_the_limits(spark: SparkSession) -> None:
+    bounds = spark.createDataFrame(
+        [("a", 0, 3, 4), ("b", 0, 2, 1)], "broker STRING, queue_id INT, from_h0 LONG, below LONG"
     )
-    assert SparkMaterializer(broadcast_rows=5).is_small(bound)
-    assert not SparkMaterializer(broadcast_rows=4).is_small(bound)
-
-
-def test_floors_pay_from_the_summed_records_below_the_starts(spark: SparkSession) -> None:
-    below = spark.createDataFrame(
-        [("a", 0, 3), ("b", 0, 2)], "broker STRING, queue_id INT, rows LONG"
-    )
-    assert SparkMaterializer(floor_rows=5).floors_pay(below)
-    assert not SparkMaterializer(floor_rows=6).floors_pay(below)
+    assert SparkMaterializer(broadcast_rows=5).sizes(bounds).small
+    assert not SparkMaterializer(broadcast_rows=4).sizes(bounds).small
+    assert SparkMaterializer(floor_rows=5).sizes(bounds).floors
+    assert not SparkMaterializer(floor_rows=6).sizes(bounds).floors
     # The job's own: only a store with many records below the starts is read from floors.
-    assert not SparkMaterializer.for_session(spark).floors_pay(below)
+    assert not SparkMaterializer.for_session(spark).sizes(bounds).floors
 
 
 @pytest.mark.parametrize("limit", [1, 2], ids=["join", "literal"])

@@ -24,9 +24,8 @@ from transforms.round_stages import (
     marked_records,
     note_facts,
     queue_summary,
-    records_below_starts,
+    read_bounds,
     records_from_h0,
-    records_from_h0_bound,
     round_bad_records,
     round_records,
     settled_from_h0,
@@ -92,32 +91,26 @@ def test_records_from_h0_drop_records_below_the_start(spark: SparkSession) -> No
     )
 
 
-def test_records_from_h0_are_bounded_by_the_half_end(spark: SparkSession) -> None:
-    starts = spark.createDataFrame(
-        [("b", 0, 4, 10), ("b", 1, 7, 7), ("c", 0, 5, 3), ("d", 0, None, None)],
-        "broker STRING, queue_id INT, h0 LONG, half_end LONG",
-    )
-    expected = spark.createDataFrame(
-        [("b", 0, 6), ("b", 1, 0), ("c", 0, 0), ("d", 0, 0)],  # never negative, never null
-        "broker STRING, queue_id INT, rows LONG",
-    )
-    assert_df_equality(records_from_h0_bound(starts), expected, ignore_nullable=True)
-
-
-def test_records_below_starts_are_those_read_less_those_from_h0_and_p0(
+def test_read_bounds_count_the_records_from_h0_and_below_the_starts(
     spark: SparkSession,
 ) -> None:
     starts = spark.createDataFrame(
-        [("b", 0, 4, 10, 2, 5, 20), ("b", 1, 0, 0, 0, 0, 0), ("c", 0, 9, 9, 0, 3, 1)],
+        [
+            ("b", 0, 4, 10, 2, 5, 20),
+            ("b", 1, 7, 7, 0, 0, 0),
+            ("c", 0, 5, 3, 0, 3, 1),
+            ("d", 0, None, None, None, None, 0),
+        ],
         "broker STRING, queue_id INT, h0 LONG, half_end LONG, p0 LONG, op_end LONG,"
         " records_read LONG",
     )
     expected = spark.createDataFrame(
-        # 20 read, 6 from h0, 3 from p0; never negative (records stored after T are read).
-        [("b", 0, 11), ("b", 1, 0), ("c", 0, 0)],
-        "broker STRING, queue_id INT, rows LONG",
+        # (b, 0): 6 from h0; 20 read, 6 from h0 and 3 from p0, so 11 below. Never negative
+        # (records stored after T are read too), never null.
+        [("b", 0, 6, 11), ("b", 1, 0, 0), ("c", 0, 0, 0), ("d", 0, 0, 0)],
+        "broker STRING, queue_id INT, from_h0 LONG, below LONG",
     )
-    assert_df_equality(records_below_starts(starts), expected, ignore_nullable=True)
+    assert_df_equality(read_bounds(starts), expected, ignore_nullable=True)
 
 
 @pytest.mark.parametrize("small", [True, False], ids=["broadcast", "shuffle"])
