@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -193,10 +193,8 @@ class SparkMaterializer:
         """``records`` with ``columns`` of the per-queue frame ``queues``: up to
         ``literal_queues`` queues as a literal map in the plan (its rows are local after
         ``per_queue``: collecting them runs no job), beyond as a broadcast join (a job)."""
-        # One row per queue, and at most one past the limit, whatever the frame.
-        limited = queues.select(*QUEUE_KEY, *columns).limit(self.literal_queues + 1)
-        rows = limited.collect()  # <= literal_queues + 1 rows
-        if len(rows) > self.literal_queues:
+        rows = self._literal_rows(queues, columns)
+        if rows is None:
             return joined_values(records, queues, columns)
         return literal_values(records, queues, rows, columns)
 
@@ -205,11 +203,19 @@ class SparkMaterializer:
         ``literal_queues`` queues as a condition of literals, which Spark pushes into the
         scan of the mirror's files (it skips the row groups below every floor), beyond as
         a broadcast join (a job)."""
-        limited = queues.select(*QUEUE_KEY, column).limit(self.literal_queues + 1)
-        rows = limited.collect()  # <= literal_queues + 1 rows
-        if len(rows) > self.literal_queues:
+        rows = self._literal_rows(queues, [column])
+        if rows is None:
             return joined_floor(records, queues, column)
         return literal_floor(records, rows, column)
+
+    def _literal_rows(self, queues: DataFrame, columns: Sequence[str]) -> list[Row] | None:
+        """The rows of a per-queue frame (``QUEUE_KEY`` and ``columns``) to ride in a plan
+        as literals; None past ``literal_queues`` queues (a join instead). Its rows are
+        local after ``per_queue``: collecting them runs no job."""
+        # One row per queue, and at most one past the limit, whatever the frame.
+        limited = queues.select(*QUEUE_KEY, *columns).limit(self.literal_queues + 1)
+        rows = limited.collect()  # <= literal_queues + 1 rows
+        return None if len(rows) > self.literal_queues else rows
 
     def release(self) -> None:
         """Nothing to free here: a checkpointed frame's rows go with the frame (Spark's
