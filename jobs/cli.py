@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -234,7 +235,7 @@ def validate_output(output: str, stores: Sequence[str]) -> None:
     if "://" in output and not output.startswith("file://"):
         return
     path = Path(output.removeprefix("file://")).resolve()
-    if path.exists() and not path.is_dir():
+    if _kind(path) == "file":
         raise InputError(f"--output {output}: is a file, not a directory")
     for arg in stores:
         root = parse_store_arg(arg).root.resolve()
@@ -243,14 +244,51 @@ def validate_output(output: str, stores: Sequence[str]) -> None:
     probe_output(output, path)
 
 
+def _kind(path: Path) -> str | None:
+    """``"dir"``, ``"file"`` (anything else that exists) or None, from one ``stat``: two
+    calls (exists, then is_dir) can see another run's probe remove the directory between
+    them and call it a file."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):  # absent, or under a file
+        return None
+    return "dir" if stat.S_ISDIR(mode) else "file"
+
+
+class _Vanished(Exception):
+    """A directory the probe saw was removed under it (by a concurrent run's probe)."""
+
+
+# Concurrent runs on one new root each create it and remove it again; a probe that loses
+# its directory to another one's clean-up simply probes again.
+_PROBE_ATTEMPTS = 5
+
+
 def probe_output(output: str, path: Path) -> None:
     """Create the root as the run would, then a file inside it, and remove both: an
     output that cannot be written (read-only, immutable, under a file) fails now, not
     after the whole read. The probe leaves nothing behind (the directories it created
     are removed again; the run creates them for good)."""
-    missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+    for _ in range(_PROBE_ATTEMPTS):
+        missing = [folder for folder in (path, *path.parents) if _kind(folder) is None]
+        try:
+            _probe_once(output, path, missing)
+            return
+        except _Vanished:
+            continue
+        finally:
+            for folder in missing:  # deepest first; only the empty ones this probe made
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+    raise InputError(f"--output {output}: cannot create a file in it: the directory vanished")
+
+
+def _probe_once(output: str, path: Path, missing: list[Path]) -> None:
     existing = path.parents[len(missing) - 1] if missing else path
-    if not existing.is_dir():
+    kind = _kind(existing)
+    if kind is None:
+        raise _Vanished
+    if kind == "file":
         raise InputError(f"--output {output}: cannot be created: {existing} is a file")
     step = "cannot create the directory"
     try:
@@ -259,13 +297,13 @@ def probe_output(output: str, path: Path) -> None:
         handle, probe = tempfile.mkstemp(dir=path, prefix=".rmq-txn-reconcile-probe-")
         os.close(handle)
         os.unlink(probe)
+    except FileNotFoundError as exc:
+        if _kind(path) is None:
+            raise _Vanished from None
+        raise InputError(f"--output {output}: {step}: {exc.strerror}") from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise InputError(f"--output {output}: {step}: {reason}") from None
-    finally:
-        for folder in missing:  # deepest first; only the empty ones this probe made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
 
 
 def _validate_segments(args: argparse.Namespace) -> None:

@@ -4,9 +4,11 @@ one ``error: --output ...`` line, and nothing left behind by the probe."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +75,39 @@ def test_the_probe_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_other_file_systems_pass_through() -> None:
     validate_output("s3://bucket/out", [])
     validate_output("abfss://container@account.dfs.core.windows.net/out", [])
+
+
+def test_a_root_removed_by_a_concurrent_probe_is_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs on one new root each create it and remove it again: the first to clean up
+    takes the directory from under the other, whose probe then tries again."""
+    output = tmp_path / "out"
+    real_mkstemp = tempfile.mkstemp
+    calls: list[str] = []
+
+    def other_run_cleans_up_first(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        calls.append(str(kwargs["dir"]))
+        if len(calls) == 1:
+            output.rmdir()
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", other_run_cleans_up_first)
+    validate_output(str(output), [])
+    assert calls == [str(output), str(output)]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_root_that_keeps_vanishing_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = tmp_path / "out"
+
+    def always_removed(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        output.rmdir()
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(tempfile, "mkstemp", always_removed)
+    assert (
+        _message(output) == f"--output {output}: cannot create a file in it: the directory vanished"
+    )
