@@ -9,8 +9,8 @@ Stages, in order:
 
 1. ``carried_keys``: the open rows the view's run left ``unresolved`` (the same record, at
    a T not after this run's); ``with_carried`` flags them (``carried``) on any frame.
-2. ``seen_by``: the condition of a record the view's run decided against: in a queue of the
-   view, below its end, stored before its T.
+2. ``unseen_by``: the condition of a record the view's run did not decide against: outside
+   the queues of the view, at or above its end, or stored at or after its T.
 3. ``fresh_floors`` and ``since_evidence``: the evidence with only the op items and commits
    the rules need: the ones not seen, and the ones a row decided in full may need (stored
    at or after the earliest of its half records).
@@ -74,22 +74,26 @@ def with_carried(rows: DataFrame, carried: DataFrame) -> DataFrame:
     return flagged.withColumn(CARRIED, F.coalesce(F.col("_carried"), F.lit(False))).drop("_carried")
 
 
-def seen_by(view: DecidedView, offset: str, stored: str, topic: str | None = None) -> Column:
-    """True for a record the view's run decided against: ``broker``, ``queue_id`` (and
-    ``topic``, unless all records are of ``topic``) of a queue in the view, ``offset``
-    below its end, ``stored`` before the view's T. A literal condition: the queues are a
-    few, and the readers of the mirror push it into their scans."""
-    places = []
+def unseen_by(view: DecidedView, offset: str, stored: str, topic: str | None = None) -> Column:
+    """True for a record the view's run did not decide against: outside every queue of the
+    view (``broker``, ``queue_id`` and ``topic``, unless all records are of ``topic``) or
+    at or above its end, or stored at or after the view's T; a null ``offset`` or
+    ``stored`` counts as unseen. Plain comparisons joined by AND and OR (no NOT over the
+    queues, no coalesce): the readers of the mirror take it as a pushed filter and skip the
+    files the view's run read."""
+    outside = []
     for (broker, queue_topic, queue_id), end in sorted(view.ends.items()):
         if topic is not None and queue_topic != topic:
             continue
-        place = (F.col("broker") == broker) & (F.col("queue_id") == queue_id)
+        other = (F.col("broker") != broker) | (F.col("queue_id") != queue_id)
         if topic is None:
-            place = place & (F.col("topic") == queue_topic)
-        places.append(place & (F.col(offset) < end))
-    if not places:
-        return F.lit(False)
-    return functools.reduce(operator.or_, places) & (F.col(stored) < view.as_of_ms)
+            other = other | (F.col("topic") != queue_topic)
+        outside.append(other | (F.col(offset) >= end))
+    if not outside:
+        return F.lit(True)
+    in_no_queue = functools.reduce(operator.and_, outside)
+    unknown = F.col(offset).isNull() | F.col(stored).isNull()
+    return in_no_queue | (F.col(stored) >= view.as_of_ms) | unknown
 
 
 def fresh_floors(linked: DataFrame) -> DataFrame:
@@ -101,8 +105,8 @@ def fresh_floors(linked: DataFrame) -> DataFrame:
     return fresh.groupBy("broker").agg(F.min("half_stored_ms").alias("floor_ms"))
 
 
-def needed(records: DataFrame, seen: Column, stored: str, floors: Mapping[str, int]) -> DataFrame:
-    """The ``records`` (op items or commits) a rule needs: the ones not ``seen``, and the
+def needed(records: DataFrame, unseen: Column, stored: str, floors: Mapping[str, int]) -> DataFrame:
+    """The ``records`` (op items or commits) a rule needs: the ``unseen`` ones, and the
     ones of a broker stored at or after its floor (``fresh_floors``: what the rows decided
     in full need). A literal condition, which the reader of the mirror pushes into its
     scan."""
@@ -111,7 +115,7 @@ def needed(records: DataFrame, seen: Column, stored: str, floors: Mapping[str, i
         for broker, floor in sorted(floors.items())
     ]
     fresh = functools.reduce(operator.or_, needed_by_fresh, F.lit(False))
-    return records.filter(~F.coalesce(seen, F.lit(False)) | fresh)
+    return records.filter(unseen | fresh)
 
 
 def since_evidence(
@@ -121,13 +125,13 @@ def since_evidence(
     broker with rows decided in full, the floor of ``fresh_floors``."""
     commits = needed(
         evidence.commits,
-        seen_by(view, "queue_offset", "store_timestamp_ms"),
+        unseen_by(view, "queue_offset", "store_timestamp_ms"),
         "store_timestamp_ms",
         floors,
     )
     op_items = needed(
         evidence.op_items,
-        seen_by(view, OP_OFFSET, OP_STORE_MS, topic=OP_TOPIC),
+        unseen_by(view, OP_OFFSET, OP_STORE_MS, topic=OP_TOPIC),
         OP_STORE_MS,
         floors,
     )

@@ -6,6 +6,7 @@ decision gives them."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +24,9 @@ from transforms.discard_history import DISCARD_KEY, DiscardEvidence, discard_his
 from transforms.discard_since import (
     carried_keys,
     fresh_floors,
-    seen_by,
+    needed,
     since_evidence,
+    unseen_by,
     with_carried,
 )
 from transforms.messages import is_half, is_op, with_half_fields
@@ -114,24 +116,57 @@ def test_the_rows_an_earlier_run_left_unresolved_are_carried(
     assert carried_keys(rows, ended, VIEW, T).count() == 0
 
 
-def test_the_view_sees_its_queues_below_their_ends_before_its_t(spark: SparkSession) -> None:
+def test_the_view_did_not_see_other_queues_nor_from_its_ends_nor_from_its_t(
+    spark: SparkSession,
+) -> None:
     commits = frame(spark, COMMITS).union(
         frame(spark, [{**COMMITS[0], "queue_offset": 0, "queue_id": 1}])  # a queue not in it
     )
-    seen = commits.select(
+    unseen = commits.select(
         "queue_id",
         "queue_offset",
-        seen_by(VIEW, "queue_offset", "store_timestamp_ms").alias("seen"),
+        unseen_by(VIEW, "queue_offset", "store_timestamp_ms").alias("unseen"),
     )
     expected = spark.createDataFrame(
-        [(0, 0, True), (0, 1, False), (1, 0, False)],
-        "queue_id INT, queue_offset LONG, seen BOOLEAN",
+        [(0, 0, False), (0, 1, True), (1, 0, True)],
+        "queue_id INT, queue_offset LONG, unseen BOOLEAN",
     )
-    assert_df_equality(seen, expected, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(unseen, expected, ignore_row_order=True, ignore_nullable=True)
     # A record below the end but stored at or after the view's T was not evidence then.
     late = commits.withColumn("store_timestamp_ms", F.lit(EARLIER_T))
-    assert late.filter(seen_by(VIEW, "queue_offset", "store_timestamp_ms")).count() == 0
-    assert spark.range(1).select(seen_by(DecidedView("r", T), "x", "y")).first()[0] is False
+    assert late.filter(unseen_by(VIEW, "queue_offset", "store_timestamp_ms")).count() == 3
+    # Another broker's record, and one whose place or time is unknown, are unseen too.
+    other = commits.withColumn("broker", F.lit("another"))
+    assert other.filter(unseen_by(VIEW, "queue_offset", "store_timestamp_ms")).count() == 3
+    for column in ("queue_offset", "store_timestamp_ms"):
+        nulls = commits.withColumn(column, F.lit(None).cast("long"))
+        assert nulls.filter(unseen_by(VIEW, "queue_offset", "store_timestamp_ms")).count() == 3
+    assert spark.range(1).select(unseen_by(DecidedView("r", T), "x", "y")).first()[0] is True
+
+
+def test_what_the_view_saw_is_pushed_into_the_scan_of_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The point of the plain comparisons: the mirror's scan skips the files the view's run
+    # read (a NOT over the queues or a coalesce would stay a filter after the scan).
+    path = str(tmp_path / "commits")
+    frame(spark, COMMITS).drop("broker", "topic").write.parquet(path)
+    scanned = spark.read.parquet(path).select(
+        F.lit(BROKER).alias("broker"), F.lit("ORDERS").alias("topic"), "*"
+    )
+    floors = {BROKER: EARLIER_T + 1}
+    got = needed(
+        scanned, unseen_by(VIEW, "queue_offset", "store_timestamp_ms"), "store_timestamp_ms", floors
+    )
+    spark.conf.set("spark.sql.maxMetadataStringLength", "1000")  # the scan's filters, whole
+    try:
+        plan = got._jdf.queryExecution().executedPlan().toString()
+    finally:
+        spark.conf.unset("spark.sql.maxMetadataStringLength")
+    pushed = plan.split("PushedFilters:")[1].split("\n")[0]
+    assert "GreaterThanOrEqual(queue_offset,1)" in pushed, pushed
+    assert f"GreaterThanOrEqual(store_timestamp_ms,{EARLIER_T + 1})" in pushed, pushed
+    assert sorted(r["queue_offset"] for r in got.collect()) == [1]
 
 
 def test_carried_rows_are_decided_against_what_arrived_since_as_in_full(
