@@ -3,11 +3,15 @@
 ``python -m bench.compare_tables ROOT_A ROOT_B [--ignore TABLE.COLUMN ...] [--examples N]``
 
 A table is a folder with a ``_delta_log`` under either root (tables present in only one
-root are a difference). Each table is read whole with delta-rs and compared as a multiset
-of rows over every column but the run's timing (``run_summary.written_at_ms`` and
-``duration_ms``: when a run wrote and how long it took differ between any two runs), so row
-order and file layout do not matter but a duplicated row does. One line per table, then
-exit 0 when every table is the same, 1 when any differs, 2 when a root is missing.
+root are a difference). Each table is compared as a multiset of rows over every column but
+the run's timing (``run_summary.written_at_ms`` and ``duration_ms``: when a run wrote and
+how long it took differ between any two runs), so row order and file layout do not matter
+but a duplicated row does. A table is first read batch by batch into a fingerprint (its row
+count and the sum of a 128-bit hash of each row), so that the mirror's tables of a large
+store compare in little memory; only a table whose fingerprints differ is read whole again
+to show the rows that differ, when it has at most ``LISTED_ROWS`` rows. One line per
+table, then exit 0 when every table is the same, 1 when any differs, 2 when a root is
+missing.
 
 Two runs compare only with the same stores, ``--as-of`` and ``--run-id``: the run id is in
 every table.
@@ -16,12 +20,15 @@ every table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+import pyarrow.dataset as ds
 
 from connectors.delta_read import arrow_dataset
 
@@ -30,6 +37,10 @@ DELTA_LOG = "_delta_log"
 RUN_TIMING = ("run_summary.written_at_ms", "run_summary.duration_ms")
 EXAMPLES = 3
 EXAMPLE_CHARS = 300
+# Up to this many rows a table whose fingerprints differ is read whole to list its rows.
+LISTED_ROWS = 2_000_000
+_HASH_BYTES = 16
+_MODULUS = 2 ** (8 * _HASH_BYTES)
 
 
 @dataclass
@@ -61,15 +72,33 @@ def _key(row: dict) -> str:
     return json.dumps(row, sort_keys=True, default=repr)
 
 
-def read_rows(path: Path, ignored: set[str]) -> tuple[list[str], Counter[str]]:
-    """The columns kept and the multiset of rows of the Delta table at ``path``."""
+def _dataset(path: Path) -> ds.Dataset:
     dataset = arrow_dataset(str(path))
     if dataset is None:
         raise SystemExit(f"error: {path} is not a Delta table")
-    data = dataset.to_table()
-    columns = [name for name in data.column_names if name not in ignored]
-    rows = data.select(columns).to_pylist()
-    return columns, Counter(_key(row) for row in rows)
+    return dataset
+
+
+def _columns(path: Path, ignored: set[str]) -> list[str]:
+    return [name for name in _dataset(path).schema.names if name not in ignored]
+
+
+def fingerprint(path: Path, columns: list[str]) -> tuple[int, int]:
+    """(rows, sum of each row's 128-bit hash modulo 2**128) of ``columns`` of the Delta table
+    at ``path``, read batch by batch: equal multisets of rows give equal fingerprints."""
+    rows, total = 0, 0
+    for batch in _dataset(path).to_batches(columns=columns):
+        for row in batch.to_pylist():
+            digest = hashlib.blake2b(_key(row).encode(), digest_size=_HASH_BYTES).digest()
+            total = (total + int.from_bytes(digest, "big")) % _MODULUS
+        rows += batch.num_rows
+    return rows, total
+
+
+def read_rows(path: Path, columns: list[str]) -> Counter[str]:
+    """The multiset of rows (``columns``) of the Delta table at ``path``, read whole."""
+    data = _dataset(path).to_table(columns=columns)
+    return Counter(_key(row) for row in data.to_pylist())
 
 
 def _examples(side: str, rows: Counter[str], count: int) -> list[str]:
@@ -85,18 +114,24 @@ def compare_table(
 ) -> Comparison:
     if a is None or b is None:
         return Comparison(name, False, f"{name}: only in {'B' if a is None else 'A'}")
-    columns_a, rows_a = read_rows(a, ignored)
-    columns_b, rows_b = read_rows(b, ignored)
+    columns_a, columns_b = _columns(a, ignored), _columns(b, ignored)
     if set(columns_a) != set(columns_b):
         only_a = sorted(set(columns_a) - set(columns_b))
         only_b = sorted(set(columns_b) - set(columns_a))
         return Comparison(
             name, False, f"{name}: columns differ: only in A {only_a}, only in B {only_b}"
         )
-    extra_a, extra_b = rows_a - rows_b, rows_b - rows_a
-    total_a, total_b = sum(rows_a.values()), sum(rows_b.values())
-    if not extra_a and not extra_b:
+    (total_a, sum_a), (total_b, sum_b) = fingerprint(a, columns_a), fingerprint(b, columns_a)
+    if (total_a, sum_a) == (total_b, sum_b):
         return Comparison(name, True, f"{name}: same ({total_a} rows)")
+    if max(total_a, total_b) > LISTED_ROWS:
+        return Comparison(
+            name,
+            False,
+            f"{name}: rows differ (A has {total_a}, B {total_b}; too many to list the rows)",
+        )
+    rows_a, rows_b = read_rows(a, columns_a), read_rows(b, columns_a)
+    extra_a, extra_b = rows_a - rows_b, rows_b - rows_a
     differ = sum(extra_a.values()) + sum(extra_b.values())
     lines = [
         f"{name}: {differ} rows differ ({sum(extra_a.values())} of A's {total_a},"

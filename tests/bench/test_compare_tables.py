@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from bench import compare_tables
 from bench.compare_tables import compare_roots, main
 
 
@@ -79,3 +80,20 @@ def test_an_ignored_column_is_left_out_and_a_column_only_one_side_has_is_a_diffe
 
 def test_a_missing_root_is_exit_2(tmp_path: Path) -> None:
     assert main([str(tmp_path), str(tmp_path / "nowhere")]) == 2
+
+
+def test_a_table_too_large_to_list_is_compared_by_its_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compare_tables, "LISTED_ROWS", 2)
+    rows = _pending(["t1", "t2", "t3"])
+    a = _root(tmp_path, "a", _summary(1_000_000), rows)
+    # The same rows in other files and order (two appends) are the same multiset.
+    b = _root(tmp_path, "b", _summary(1_000_000), rows.take([2]))
+    write_deltalake(str(b / "pending"), rows.take([1, 0]), mode="append")
+    assert compare_roots(a, b)[0].line == "pending: same (3 rows)"
+    # One value changed: the fingerprints differ, and the rows are too many to list.
+    changed = pa.table({"txn_id": ["t1", "t2", "t3"], "queue_id": [0, 1, 7]})
+    write_deltalake(str(b / "pending"), changed, mode="overwrite")
+    line = compare_roots(a, b)[0].line
+    assert line == "pending: rows differ (A has 3, B 3; too many to list the rows)"
