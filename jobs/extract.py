@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -29,8 +30,10 @@ from connectors.rocketmq.reader import (
 )
 from connectors.segments import read_segments
 from jobs.config import JobConfig
+from jobs.materialize import SparkMaterializer
 from schemas.messages import COMMITTED_OFFSET, OP_TOPIC
-from transforms.messages import as_lean
+from transforms.messages import as_lean, is_half, is_op
+from transforms.offsets import round_bounds
 from transforms.round import NOTE
 from transforms.staleness import stale_after_ms
 
@@ -130,6 +133,30 @@ def resolve_as_of(as_of: int | str, messages: DataFrame) -> int:
         if newest is not None:
             return int(newest) + 1
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class LatestRound:
+    """T = ``latest`` and the round's per-queue bounds at it, from one aggregate."""
+
+    as_of_ms: int
+    bounds: DataFrame  # local rows (``transforms.offsets.round_bounds``)
+
+
+def latest_round(inputs: Inputs, as_of: int | str) -> LatestRound | None:
+    """T for ``latest`` (or ``auto`` left to this point) over the store reader's records
+    (``offsets_unique``: half and op records, no duplicate to settle) and the round's
+    per-queue bounds, from one aggregate: the bounds of every record are the bounds at
+    any T after the newest one, and the newest is among them. T is ``resolve_as_of``'s;
+    the round reads the bounds instead of its own. None for any other T or input."""
+    if as_of not in ("latest", "auto") or not inputs.offsets_unique:
+        return None
+    records = inputs.messages.filter(is_half() | is_op())
+    frame = round_bounds(records, inputs.committed_offsets, None)
+    bounds, table = SparkMaterializer().per_queue_table(frame)  # one row per queue
+    newest = pc.max(table["newest_ms"]).as_py()
+    as_of_ms = int(newest) + 1 if newest is not None else int(time.time() * 1000)
+    return LatestRound(as_of_ms, bounds)
 
 
 @dataclass(frozen=True)

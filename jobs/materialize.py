@@ -169,13 +169,17 @@ class SparkMaterializer:
         hundreds of stages). Through Arrow, the frame comes back as a ``LocalRelation``
         (not a parallelised RDD): Spark broadcasts or joins it without a job of its own,
         and the types come back exactly (no pandas float for a nullable long)."""
+        return self.per_queue_table(frame)[0]
+
+    def per_queue_table(self, frame: DataFrame) -> tuple[DataFrame, pa.Table]:
+        """``per_queue``, and the rows it brought to the driver, for the driver to read."""
         table = frame.toArrow()  # one row per queue, checked below
         if table.num_rows > self.max_queue_rows:
             raise DriverRowsError(
                 f"a per-queue frame has {table.num_rows} rows, more than any set of queues"
                 f" ({self.max_queue_rows}): a record-level frame was taken for a per-queue one"
             )
-        return frame.sparkSession.createDataFrame(table, schema=frame.schema)
+        return frame.sparkSession.createDataFrame(table, schema=frame.schema), table
 
     def sizes(self, bounds: DataFrame) -> ReadSizes:
         """The records from h0 may be broadcast when their per-queue bounds (``from_h0``)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from connectors.rocketmq.discards import DiscardSource
 from jobs.anomalies import earlier_offsets_frame
@@ -56,9 +56,11 @@ def run_round(
     as_of: int | str,
     run_id: str | None,
     choice: AsOfChoice | None = None,
+    bounds: DataFrame | None = None,
 ) -> RoundState:
     """The round over what was read, with the job's warnings (``with_picture_warnings``;
-    ``choice``: how ``--as-of auto`` chose T, a warning when the store looks copied)."""
+    ``choice``: how ``--as-of auto`` chose T, a warning when the store looks copied;
+    ``bounds``: the round's per-queue bounds at T, read with it, ``latest_round``)."""
     as_of_ms = resolve_as_of(as_of, inputs.messages)
     run_id = run_id or derive_run_id(inputs.identity, as_of_ms, config)
     state = classify_round(
@@ -70,6 +72,7 @@ def run_round(
         # The job's one decision on caching, collecting and broadcasting.
         materialize=SparkMaterializer.for_session(inputs.messages.sparkSession),
         offsets_unique=inputs.offsets_unique,
+        bounds=bounds,
     )
     run_warnings = [choice.line] if choice is not None and choice.warns else []
     return with_picture_warnings(state, inputs, config, run_warnings)

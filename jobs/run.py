@@ -26,6 +26,7 @@ from jobs.discards import discard_source, summary_lines
 from jobs.extract import (
     AsOfChoice,
     Inputs,
+    latest_round,
     read_segment_inputs,
     read_store_inputs,
     resolve_as_of,
@@ -211,11 +212,14 @@ def round_phase(
 ) -> RoundState:
     """Resolve and classify. ``--strict`` refuses a store far older than T and fails on any
     bad record."""
-    as_of = resolve_as_of(request.as_of, inputs.messages)
+    # T = latest and the round's start offsets from one aggregate, where the read allows.
+    latest = latest_round(inputs, request.as_of)
+    as_of = latest.as_of_ms if latest else resolve_as_of(request.as_of, inputs.messages)
     if config.strict:
         refuse_far_past_store(inputs.messages, as_of, config)
     _phase(spark, "resolve and classify")
-    state = run_round(inputs, config, as_of, request.run_id, request.as_of_choice)
+    bounds = latest.bounds if latest else None
+    state = run_round(inputs, config, as_of, request.run_id, request.as_of_choice, bounds)
     # The totals from the per-queue rows the round already brought to the driver: every
     # record read, bad record and unresolved record from h0 is counted in one queue's row,
     # so no Spark job counts them again.

@@ -32,14 +32,18 @@ def _topic_rows(readable: DataFrame, committed: DataFrame) -> DataFrame:
     return records.unionByName(offsets, allowMissingColumns=True)
 
 
-def queue_bounds(rows: DataFrame, as_of_ms: int) -> DataFrame:
+def queue_bounds(rows: DataFrame, as_of_ms: int | None) -> DataFrame:
     """Per (broker, queue_id) of any record or committed offset of either topic (the
     domain), for each topic (``h_``, ``p_``): ``smallest`` available offset (any store
     time), ``largest`` offset stored before T and ``committed``; ``newest_ms``, the
     newest store time before T of either topic (read by the stale-store warning, so that
-    it needs no pass of its own); and ``records_read``, the records of both topics. One aggregate over ``_topic_rows``: the domain, the
-    bounds and the committed offsets were three shuffles and two joins."""
-    before = stored_before(as_of_ms)
+    it needs no pass of its own); and ``records_read``, the records of both topics. One
+    aggregate over ``_topic_rows``: the domain, the bounds and the committed offsets were
+    three shuffles and two joins. ``as_of_ms`` None: every record with a store time, the
+    bounds at any T after the newest record (``latest``, found from ``newest_ms``)."""
+    before = (
+        stored_before(as_of_ms) if as_of_ms is not None else F.col("store_timestamp_ms").isNotNull()
+    )
 
     aggregates = []
     for prefix, topic in (("h_", HALF_TOPIC), ("p_", OP_TOPIC)):
@@ -167,10 +171,15 @@ def with_missing_offset_warnings(queues: DataFrame, files: Sequence[OffsetsFile]
 # -- where the round ends: h1, h_safe (half queue), p1, p_safe (op queue) ------------------
 
 
+def round_bounds(readable: DataFrame, committed: DataFrame, as_of_ms: int | None) -> DataFrame:
+    """``queue_bounds`` of the readable records (any store time) and the committed offsets."""
+    return queue_bounds(_topic_rows(readable, committed), as_of_ms)
+
+
 def round_starts(readable: DataFrame, committed: DataFrame, as_of_ms: int) -> DataFrame:
     """h0 and p0 of every queue of the domain (``queue_starts`` columns), from the readable
     records (any store time) and the committed offsets."""
-    return queue_starts(queue_bounds(_topic_rows(readable, committed), as_of_ms))
+    return queue_starts(round_bounds(readable, committed, as_of_ms))
 
 
 def with_h1(starts: DataFrame, stops: Facts) -> DataFrame:

@@ -37,6 +37,7 @@ from transforms.floors import (
 )
 from transforms.messages import is_half, is_op, stored_before
 from transforms.offsets import (
+    queue_starts,
     round_starts,
     window_facts,
     window_rows,
@@ -192,6 +193,7 @@ def classify_round(
     *,
     materialize: Materializer,
     offsets_unique: bool = False,
+    bounds: DataFrame | None = None,
 ) -> RoundState:
     """Resolve and classify every half record of every queue in ``messages``.
 
@@ -211,6 +213,8 @@ def classify_round(
             (a worked case ran out of a 1 GiB heap). ``LAZY`` suits single stages.
         offsets_unique: no record's queue offset can repeat (every ``offset_unique``
             flag is true): the deduplicated records are the input itself, not materialised.
+        bounds: the per-queue ``round_bounds`` at T, local rows the job already read (it
+            found T = ``latest`` from them); None: the round reads them.
     """
     m = materialize
     marked = marked_records(round_records(messages, params))
@@ -220,7 +224,10 @@ def classify_round(
     readable = no_duplicates(marked)
     current = readable.filter(stored_before(params.as_of_ms))
     every_half, every_op = current.filter(is_half()), current.filter(is_op())
-    starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
+    if bounds is None:
+        starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
+    else:  # a projection of local rows: no query of its own
+        starts = queue_starts(bounds)
     # Only records from h0 on are classified, and only their transactions resolved; every
     # later stage but the bad records reads the records from the floors on.
     from_h0, small, half, ops = _from_floors(every_half, every_op, starts, m)

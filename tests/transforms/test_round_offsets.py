@@ -14,6 +14,7 @@ from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY
 from transforms.offsets import (
     p1_and_p_safe,
+    round_bounds,
     round_starts,
     window_facts,
     window_rows,
@@ -74,6 +75,34 @@ def test_round_starts_correct_committed_offsets_to_what_the_queue_holds(
         " op_end LONG, newest_ms LONG, records_read LONG",
     )
     assert_df_equality(out, expected, ignore_nullable=True)
+
+
+def test_the_bounds_of_every_record_are_the_bounds_at_latest(spark: SparkSession) -> None:
+    # T = latest is 1 ms after the newest record: every record with a store time is before
+    # it, and a record without one never is (the job finds T and the bounds in one pass).
+    readable = spark.createDataFrame(
+        [
+            ("b", HALF_TOPIC, 0, 5, T - 10),
+            ("b", HALF_TOPIC, 0, 9, None),
+            ("b", OP_TOPIC, 0, 0, T + 7),
+            ("c", OP_TOPIC, 1, 3, T - 1),
+        ],
+        "broker STRING, topic STRING, queue_id INT, queue_offset LONG, store_timestamp_ms LONG",
+    )
+    committed = spark.createDataFrame(
+        [("b", HALF_TOPIC, 0, 2), ("d", OP_TOPIC, 0, 4)], COMMITTED_OFFSET
+    )
+    every = round_bounds(readable, committed, None)
+    latest = T + 8
+    assert every.agg(F.max("newest_ms")).collect() == [(latest - 1,)]
+    assert_df_equality(
+        every,
+        round_bounds(readable, committed, latest),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    # An earlier T cuts the newest record out: the bounds differ.
+    assert every.exceptAll(round_bounds(readable, committed, latest - 1)).count() == 1
 
 
 def test_h1_is_the_stop_offset_else_the_half_end(spark: SparkSession) -> None:
