@@ -40,20 +40,16 @@ def _items() -> Column:
     return F.split(_body_text(), OP_ITEM_SEPARATOR)
 
 
-# Digits and commas only, and no run of 19 digits: every item is empty or at most 18
-# digits, which a long always holds. Two patterns without a repeated group, which Java's
-# regex engine would match by recursion, one level per item (a long body overflows its
-# stack).
-_DIGITS_AND_COMMAS = r"\A[0-9,]*\z"
-_NINETEEN_DIGITS = r"[0-9]{19}"
+# Every item empty or an optional sign and at most 18 ASCII digits, which a long always
+# holds: a body of this shape has no item that fails to parse.
+_PARSABLE_BODY = r"\A(?:[+-]?[0-9]{1,18})?(?:,(?:[+-]?[0-9]{1,18})?)*\z"
 
 
 def items_all_parse() -> Column:
     """True for an op record whose body has no item that fails to parse (the usual body),
     tested on the whole body without splitting it; false when one may fail (its items are
     split to find out); null without a body."""
-    body = _body_text()
-    return body.rlike(_DIGITS_AND_COMMAS) & ~body.rlike(_NINETEEN_DIGITS)
+    return _body_text().rlike(_PARSABLE_BODY)
 
 
 def largest_item() -> Column:
