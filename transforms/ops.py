@@ -30,26 +30,10 @@ def names_items() -> Column:
     return is_remove_op() & F.col("body").isNotNull()
 
 
-def _body_text() -> Column:
-    # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
-    return F.make_valid_utf8(F.col("body").cast("string"))
-
-
 def _items() -> Column:
     """The body's items, empty ones included, as strings."""
-    return F.split(_body_text(), OP_ITEM_SEPARATOR)
-
-
-# Every item empty or an optional sign and at most 18 ASCII digits, which a long always
-# holds: a body of this shape has no item that fails to parse.
-_PARSABLE_BODY = r"\A(?:[+-]?[0-9]{1,18})?(?:,(?:[+-]?[0-9]{1,18})?)*\z"
-
-
-def items_all_parse() -> Column:
-    """True for an op record whose body has no item that fails to parse (the usual body),
-    tested on the whole body without splitting it; false when one may fail (its items are
-    split to find out); null without a body."""
-    return _body_text().rlike(_PARSABLE_BODY)
+    # make_valid_utf8: invalid bytes become U+FFFD (decode() would fail the whole job).
+    return F.split(F.make_valid_utf8(F.col("body").cast("string")), OP_ITEM_SEPARATOR)
 
 
 def largest_item() -> Column:
@@ -109,9 +93,3 @@ def named_with_times(op_items: DataFrame) -> DataFrame:
 def unparsable_items(op_items: DataFrame) -> DataFrame:
     """The items that do not parse, one row each: they are bad records."""
     return op_items.filter(F.col(HALF_OFFSET).isNull())
-
-
-def unparsable_items_in(ops: DataFrame) -> DataFrame:
-    """``unparsable_items`` of the op records ``ops``: only the bodies ``items_all_parse``
-    does not vouch for are split (the search reads every op record's body)."""
-    return unparsable_items(explode_op_items(ops.filter(~items_all_parse())))

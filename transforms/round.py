@@ -245,7 +245,8 @@ def classify_round(
     pending = m.kept(with_statuses(candidates, h1s, m.attach))
     safe = m.per_queue(with_h_safe(h1s, status_facts(pending, params)))
     # Found once (usually a few) in every record: counted per queue below, then written.
-    bad_records = m.kept(round_bad_records(marked, every_op, every_half, bad_input))
+    every_item = explode_op_items(every_op)  # read by the bad records and the history
+    bad_records = m.kept(round_bad_records(marked, every_item, every_half, bad_input))
     note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
     rows = window_rows(half, ops, op_items, safe, params, m.attach)  # the end offsets' records
     queues = queue_summary(
@@ -253,7 +254,7 @@ def classify_round(
     )
     # Lazy: their consumers hold them. The discard history reaches below the floors.
     evidence = RoundEvidence(half, ops, op_items, linked)
-    retained = RoundEvidence(every_half, every_op, explode_op_items(every_op), linked)
+    retained = RoundEvidence(every_half, every_op, every_item, linked)
     # The broker's own round from the same starts (each action with its record's columns).
     # Held: check_requests, discards and the small tables read it.
     walked = broker_round(settled, ops, starts, params, attach=m.attach, carried=BROKER_ROW_COLUMNS)

@@ -38,7 +38,7 @@ from transforms.classify import counter_after, with_round_class
 from transforms.merge import Facts, carried, merged
 from transforms.messages import QUEUE_KEY, is_half, is_op, mark_duplicates, with_half_fields
 from transforms.offsets import p1_and_p_safe
-from transforms.ops import OP_OFFSET, named_offsets, unparsable_items_in
+from transforms.ops import OP_OFFSET, named_offsets, unparsable_items
 from transforms.params import RoundParams
 from transforms.picture import BAD_PLACES, bad_record_places, offset_hold
 from transforms.queue_values import Attach, Floor, joined_floor, joined_values
@@ -176,13 +176,13 @@ def status_facts(pending: DataFrame, params: RoundParams) -> Facts:
 
 
 def round_bad_records(
-    marked: DataFrame, ops: DataFrame, half: DataFrame, bad_input: DataFrame | None
+    marked: DataFrame, op_items: DataFrame, half: DataFrame, bad_input: DataFrame | None
 ) -> DataFrame:
-    """``BAD_RECORD`` rows: the readers' (``bad_input``), duplicates, unparsable items of
-    the op records ``ops``, unparsable half properties (spec section 7)."""
+    """``BAD_RECORD`` rows: the readers' (``bad_input``), duplicates, unparsable op items,
+    unparsable half properties (spec section 7)."""
     parts = [
         duplicate_records(marked),
-        unparsable_op_items(unparsable_items_in(ops), OP_TOPIC),
+        unparsable_op_items(unparsable_items(op_items), OP_TOPIC),
         unparsable_properties(half),
     ]
     if bad_input is not None:
