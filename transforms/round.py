@@ -204,17 +204,14 @@ def classify_round(
         committed_offsets: ``COMMITTED_OFFSET`` rows.
         params: T, run id, broker configuration.
         bad_input: ``BAD_RECORD`` rows the readers produced (optional).
-        notes: reader warnings (``NOTE``: broker, queue_id or null for the whole broker,
-            warning), shown in ``run_summary.warnings``.
-        materialize: caching, per-queue collection and the broadcast choice. The result
-            does not depend on it, but a whole round needs one that cuts the lineage of
-            its per-queue frames: with ``LAZY`` each consumer of a per-queue frame inlines
-            the plan that made it, and the plan grows past what a driver can optimise
-            (a worked case ran out of a 1 GiB heap). ``LAZY`` suits single stages.
+        notes: reader warnings (``NOTE``), shown in ``run_summary.warnings``.
+        materialize: caching, per-queue collection and the broadcast choice; the result
+            does not depend on it. A whole round needs one that cuts the lineage of its
+            per-queue frames (with ``LAZY`` their consumers inline the plans that made them,
+            past what a driver can optimise: 1 GiB of heap); ``LAZY`` suits single stages.
         offsets_unique: no record's queue offset can repeat (every ``offset_unique``
             flag is true): the deduplicated records are the input itself, not materialised.
-        bounds: the per-queue ``round_bounds`` at T, local rows the job already read (it
-            found T = ``latest`` from them); None: the round reads them.
+        bounds: ``round_bounds`` at T, local rows the job read T from; None: read here.
     """
     m = materialize
     marked = marked_records(round_records(messages, params))
@@ -224,10 +221,7 @@ def classify_round(
     readable = no_duplicates(marked)
     current = readable.filter(stored_before(params.as_of_ms))
     every_half, every_op = current.filter(is_half()), current.filter(is_op())
-    if bounds is None:
-        starts = m.per_queue(round_starts(readable, committed_offsets, params.as_of_ms))
-    else:  # a projection of local rows: no query of its own
-        starts = queue_starts(bounds)
+    starts = _starts(readable, committed_offsets, params.as_of_ms, bounds, m)
     # Only records from h0 on are classified, and only their transactions resolved; every
     # later stage but the bad records reads the records from the floors on.
     from_h0, small, half, ops = _from_floors(every_half, every_op, starts, m)
@@ -260,6 +254,20 @@ def classify_round(
     walked = broker_round(settled, ops, starts, params, attach=m.attach, carried=BROKER_ROW_COLUMNS)
     broker = m.kept(walked)
     return RoundState(pending, queues, bad_records, params, broker, m, evidence, retained)
+
+
+def _starts(
+    readable: DataFrame,
+    committed: DataFrame,
+    as_of_ms: int,
+    bounds: DataFrame | None,
+    m: Materializer,
+) -> DataFrame:
+    """h0 and p0 per queue (``round_starts``): from ``bounds`` when the job read them with
+    T (a projection of local rows, no query of its own), else from the records."""
+    if bounds is not None:
+        return queue_starts(bounds)
+    return m.per_queue(round_starts(readable, committed, as_of_ms))
 
 
 def _from_floors(
