@@ -6,12 +6,12 @@ A table is a folder with a ``_delta_log`` under either root (tables present in o
 root are a difference). Each table is compared as a multiset of rows over every column but
 the run's timing (``run_summary.written_at_ms`` and ``duration_ms``: when a run wrote and
 how long it took differ between any two runs), so row order and file layout do not matter
-but a duplicated row does. A table is first read batch by batch into a fingerprint (its row
-count and the sum of a 128-bit hash of each row), so that the mirror's tables of a large
-store compare in little memory; only a table whose fingerprints differ is read whole again
-to show the rows that differ, when it has at most ``LISTED_ROWS`` rows. One line per
-table, then exit 0 when every table is the same, 1 when any differs, 2 when a root is
-missing.
+but a duplicated row does. A table is first scanned batch by batch into a fingerprint (its
+row count and the sum of a 64-bit hash of each row, by DuckDB), so that the mirror's tables
+of a large store compare in little memory; only a table whose fingerprints differ is read
+whole to show the rows that differ (and to compare values of other types), when it has at
+most ``LISTED_ROWS`` rows. One line per table, then exit 0 when every table is the same, 1
+when any differs, 2 when a root is missing.
 
 Two runs compare only with the same stores, ``--as-of`` and ``--run-id``: the run id is in
 every table.
@@ -20,7 +20,6 @@ every table.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -28,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow.dataset as ds
 
 from connectors.delta_read import arrow_dataset
@@ -39,8 +39,6 @@ EXAMPLES = 3
 EXAMPLE_CHARS = 300
 # Up to this many rows a table whose fingerprints differ is read whole to list its rows.
 LISTED_ROWS = 2_000_000
-_HASH_BYTES = 16
-_MODULUS = 2 ** (8 * _HASH_BYTES)
 
 
 @dataclass
@@ -84,15 +82,16 @@ def _columns(path: Path, ignored: set[str]) -> list[str]:
 
 
 def fingerprint(path: Path, columns: list[str]) -> tuple[int, int]:
-    """(rows, sum of each row's 128-bit hash modulo 2**128) of ``columns`` of the Delta table
-    at ``path``, read batch by batch: equal multisets of rows give equal fingerprints."""
-    rows, total = 0, 0
-    for batch in _dataset(path).to_batches(columns=columns):
-        for row in batch.to_pylist():
-            digest = hashlib.blake2b(_key(row).encode(), digest_size=_HASH_BYTES).digest()
-            total = (total + int.from_bytes(digest, "big")) % _MODULUS
-        rows += batch.num_rows
-    return rows, total
+    """(rows, sum of each row's 64-bit hash) of ``columns`` of the Delta table at ``path``:
+    DuckDB scans its Arrow dataset batch by batch, so the table is never held whole. Equal
+    multisets of rows (of equal types) give equal fingerprints."""
+    connection = duckdb.connect()
+    connection.register("rows", _dataset(path))
+    quoted = ", ".join('"' + name.replace('"', '""') + '"' for name in sorted(columns))
+    hashed = f"coalesce(sum(hash({quoted})::HUGEINT), 0)" if columns else "0"
+    count, total = connection.execute(f"SELECT count(*), {hashed} FROM rows").fetchall()[0]
+    connection.close()
+    return int(count), int(total)
 
 
 def read_rows(path: Path, columns: list[str]) -> Counter[str]:
@@ -132,6 +131,8 @@ def compare_table(
         )
     rows_a, rows_b = read_rows(a, columns_a), read_rows(b, columns_a)
     extra_a, extra_b = rows_a - rows_b, rows_b - rows_a
+    if not extra_a and not extra_b:  # the same values, of other types
+        return Comparison(name, True, f"{name}: same ({total_a} rows)")
     differ = sum(extra_a.values()) + sum(extra_b.values())
     lines = [
         f"{name}: {differ} rows differ ({sum(extra_a.values())} of A's {total_a},"

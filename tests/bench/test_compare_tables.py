@@ -97,3 +97,10 @@ def test_a_table_too_large_to_list_is_compared_by_its_fingerprint(
     write_deltalake(str(b / "pending"), changed, mode="overwrite")
     line = compare_roots(a, b)[0].line
     assert line == "pending: rows differ (A has 3, B 3; too many to list the rows)"
+
+
+def test_the_same_values_of_other_types_are_the_same(tmp_path: Path) -> None:
+    a = _root(tmp_path, "a", _summary(1_000_000), _pending(["t1", "t2"]))
+    narrow = pa.table({"txn_id": ["t2", "t1"], "queue_id": pa.array([1, 0], pa.int32())})
+    b = _root(tmp_path, "b", _summary(1_000_000), narrow)
+    assert compare_roots(a, b)[0].line == "pending: same (2 rows)"
