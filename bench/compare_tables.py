@@ -77,16 +77,12 @@ def _dataset(path: Path) -> ds.Dataset:
     return dataset
 
 
-def _columns(path: Path, ignored: set[str]) -> list[str]:
-    return [name for name in _dataset(path).schema.names if name not in ignored]
-
-
-def fingerprint(path: Path, columns: list[str]) -> tuple[int, int]:
-    """(rows, sum of each row's 64-bit hash) of ``columns`` of the Delta table at ``path``:
-    DuckDB scans its Arrow dataset batch by batch, so the table is never held whole. Equal
-    multisets of rows (of equal types) give equal fingerprints."""
+def fingerprint(dataset: ds.Dataset, columns: list[str]) -> tuple[int, int]:
+    """(rows, sum of each row's 64-bit hash) of ``columns`` of a Delta table's ``dataset``:
+    DuckDB scans it batch by batch, so the table is never held whole. Equal multisets of
+    rows (of equal types) give equal fingerprints."""
     connection = duckdb.connect()
-    connection.register("rows", _dataset(path))
+    connection.register("rows", dataset)
     quoted = ", ".join('"' + name.replace('"', '""') + '"' for name in sorted(columns))
     hashed = f"coalesce(sum(hash({quoted})::HUGEINT), 0)" if columns else "0"
     count, total = connection.execute(f"SELECT count(*), {hashed} FROM rows").fetchall()[0]
@@ -94,9 +90,9 @@ def fingerprint(path: Path, columns: list[str]) -> tuple[int, int]:
     return int(count), int(total)
 
 
-def read_rows(path: Path, columns: list[str]) -> Counter[str]:
-    """The multiset of rows (``columns``) of the Delta table at ``path``, read whole."""
-    data = _dataset(path).to_table(columns=columns)
+def read_rows(dataset: ds.Dataset, columns: list[str]) -> Counter[str]:
+    """The multiset of rows (``columns``) of a Delta table's ``dataset``, read whole."""
+    data = dataset.to_table(columns=columns)
     return Counter(_key(row) for row in data.to_pylist())
 
 
@@ -113,14 +109,19 @@ def compare_table(
 ) -> Comparison:
     if a is None or b is None:
         return Comparison(name, False, f"{name}: only in {'B' if a is None else 'A'}")
-    columns_a, columns_b = _columns(a, ignored), _columns(b, ignored)
+    dataset_a, dataset_b = _dataset(a), _dataset(b)  # each table's log read once
+    columns_a = [column for column in dataset_a.schema.names if column not in ignored]
+    columns_b = [column for column in dataset_b.schema.names if column not in ignored]
     if set(columns_a) != set(columns_b):
         only_a = sorted(set(columns_a) - set(columns_b))
         only_b = sorted(set(columns_b) - set(columns_a))
         return Comparison(
             name, False, f"{name}: columns differ: only in A {only_a}, only in B {only_b}"
         )
-    (total_a, sum_a), (total_b, sum_b) = fingerprint(a, columns_a), fingerprint(b, columns_a)
+    (total_a, sum_a), (total_b, sum_b) = (
+        fingerprint(dataset_a, columns_a),
+        fingerprint(dataset_b, columns_a),
+    )
     if (total_a, sum_a) == (total_b, sum_b):
         return Comparison(name, True, f"{name}: same ({total_a} rows)")
     if max(total_a, total_b) > LISTED_ROWS:
@@ -129,7 +130,7 @@ def compare_table(
             False,
             f"{name}: rows differ (A has {total_a}, B {total_b}; too many to list the rows)",
         )
-    rows_a, rows_b = read_rows(a, columns_a), read_rows(b, columns_a)
+    rows_a, rows_b = read_rows(dataset_a, columns_a), read_rows(dataset_b, columns_a)
     extra_a, extra_b = rows_a - rows_b, rows_b - rows_a
     if not extra_a and not extra_b:  # the same values, of other types
         return Comparison(name, True, f"{name}: same ({total_a} rows)")
