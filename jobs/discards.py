@@ -185,8 +185,7 @@ def _evidence(
     commits = replace(decide, commits=real.records)
     if since is not None:
         view = since.view.without(real.rebuilt)
-        fresh_small = named.fresh * per_discard <= materializer.broadcast_rows
-        commits = since_evidence(commits, view, _floors(decide.linked, named), fresh_small)
+        commits = since_evidence(commits, view, _floors(decide.linked, named))
     return _Evidence(
         every, commits, real.bad_records, real.release, real.mirror_lines, real.read_ends
     )

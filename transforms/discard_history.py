@@ -26,13 +26,6 @@ from pyspark.sql import types as T
 from schemas.messages import DISCARD_TOPIC
 from schemas.outputs import DISCARD_HISTORY, DISCARD_REASONS, OUTCOMES
 from transforms.anomalies import RoundEvidence
-from transforms.discard_ends import (
-    DISCARD_KEY,
-    EndEvidence,
-    broadcast_or_merge,
-    commit_times,
-    op_times,
-)
 from transforms.merge import Facts, carried, merged
 from transforms.messages import offset_msg_id, stored_before, with_half_fields
 from transforms.operator_fields import message_keys
@@ -45,6 +38,12 @@ from transforms.round import LAZY
 CHECK_MAX, EXPIRED, UNDETERMINED = DISCARD_REASONS
 UNKNOWN, PENDING_AGAIN, COMMITTED, ROLLED_BACK, ENDED, UNRESOLVED = OUTCOMES
 
+# Transaction bits of a commit-log record's sysflag (MessageSysFlag): a committed real
+# message is stored with TRANSACTION_COMMIT_TYPE.
+_TRANSACTION_MASK = 0xC
+_COMMIT_TYPE = 0x8
+
+DISCARD_KEY = ["broker", "discard_offset"]
 # Joins the parts of a real queue's name into one key (no topic name holds it).
 _KEY_SEPARATOR = "\u0000"
 
@@ -73,9 +72,6 @@ class DiscardEvidence:
         small: the discard rows' half records (``linked``) are few enough to broadcast
             against every op item and commit (``broadcast_or_merge``); the job decides
             from the count of discard records.
-        parts: when given, the end rules (``commit_times``, ``op_times``) join each part's
-            half records to its own end records instead of ``linked`` to every one
-            (``transforms.discard_since`` splits the rows it carries from the rest).
     """
 
     as_of_ms: int
@@ -87,12 +83,14 @@ class DiscardEvidence:
     commits: DataFrame
     readable_queues: Sequence[tuple[str, str, int]]
     small: bool = False
-    parts: tuple[EndEvidence, ...] = ()
 
-    def end_parts(self) -> tuple[EndEvidence, ...]:
-        """What the end rules join: ``parts``, else every half record to every end record."""
-        whole = EndEvidence(self.linked, self.commits, self.op_items, self.small)
-        return self.parts or (whole,)
+
+def broadcast_or_merge(discard_side: DataFrame, small: bool) -> DataFrame:
+    """The discard side of a join with every half record, op item or commit: broadcast
+    when ``small``, else a sort-merge join. Never left to Spark's estimate: a store read is
+    a Python map over a few task ids, whose estimate is a few bytes whatever it returns,
+    so Spark would plan a broadcast of millions of commits and run the driver out of heap."""
+    return F.broadcast(discard_side) if small else discard_side.hint("merge")
 
 
 def evidence_from(
@@ -195,6 +193,41 @@ def half_facts(linked: DataFrame) -> Facts:
     )
 
 
+def commit_times(
+    linked: DataFrame, commits: DataFrame, as_of_ms: int, small: bool = False
+) -> Facts:
+    """Per discard row: ``commit_ms``, the earliest store time of a committed message in
+    its real queue whose prepared-transaction offset is the commit-log offset of one of its
+    half records."""
+    is_commit = (F.col("sys_flag").bitwiseAND(_TRANSACTION_MASK)) == _COMMIT_TYPE
+    committed = commits.filter(stored_before(as_of_ms) & is_commit).select(
+        "broker",
+        F.col("topic").alias("real_topic"),
+        F.col("queue_id").alias("real_queue_id"),
+        F.col("prepared_transaction_offset").alias("half_commitlog_offset"),
+        F.col("store_timestamp_ms").alias("_commit_ms"),
+    )
+    on = ["broker", "real_topic", "real_queue_id", "half_commitlog_offset"]
+    rows = committed.join(broadcast_or_merge(linked, small), on=on, how="inner")
+    rows = rows.select(*DISCARD_KEY, "_commit_ms")
+    return Facts(rows, (F.min("_commit_ms").alias("commit_ms"),))
+
+
+def op_times(linked: DataFrame, op_items: DataFrame, as_of_ms: int, small: bool = False) -> Facts:
+    """Per discard row: ``op_ms``, the earliest store time of an op record stored before T
+    naming one of its half records."""
+    named = op_items.filter(F.col("op_store_ms") < F.lit(as_of_ms)).select(
+        "broker",
+        F.col("queue_id").alias("half_queue_id"),
+        "half_offset",
+        F.col("op_store_ms").alias("_op_ms"),
+    )
+    on = ["broker", "half_queue_id", "half_offset"]
+    rows = named.join(broadcast_or_merge(linked, small), on=on, how="inner")
+    rows = rows.select(*DISCARD_KEY, "_op_ms")
+    return Facts(rows, (F.min("_op_ms").alias("op_ms"),))
+
+
 def resumed_pending(rows: DataFrame, pending: DataFrame) -> Facts:
     """Per discard row: ``is_pending`` (true, else null) when its transaction has a pending
     row of this round stored after the discard: a copy put back by a resume. (A pending
@@ -269,8 +302,8 @@ def with_flags(evidence: DiscardEvidence) -> DataFrame:
     facts = merged(
         carried(rows, DISCARD_KEY),
         half_facts(linked),
-        commit_times(evidence.end_parts(), as_of_ms),
-        op_times(evidence.end_parts(), as_of_ms),
+        commit_times(linked, evidence.commits, as_of_ms, evidence.small),
+        op_times(linked, evidence.op_items, as_of_ms, evidence.small),
         resumed_pending(rows, evidence.pending),
         keys=DISCARD_KEY,
     )

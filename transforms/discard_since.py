@@ -12,11 +12,8 @@ Stages, in order:
 2. ``unseen_by``: the condition of a record the view's run did not decide against: outside
    the queues of the view, at or above its end, or stored at or after its T.
 3. ``fresh_floors`` and ``since_evidence``: the evidence with only the op items and commits
-   the rules need, in two parts: the carried rows' half records against the records not
-   seen, and the half records of the rows decided in full against the ones they may need
-   (stored at or after the earliest of them). The first part is most of the half records
-   and few end records, the second the reverse, so neither join moves both of the large
-   sides.
+   the rules need: the ones not seen, and the ones a row decided in full may need (stored
+   at or after the earliest of its half records).
 
 Why a carried row comes out as a full decision would decide it: each rule takes the
 earliest end (``op_ms``, ``commit_ms``) over a set of records, and the records left out
@@ -47,7 +44,6 @@ from pyspark.sql import functions as F
 
 from schemas.decided_view import DecidedView
 from schemas.messages import OP_TOPIC
-from transforms.discard_ends import EndEvidence
 from transforms.discard_final import kept_rows
 from transforms.discard_history import DISCARD_KEY, UNRESOLVED, DiscardEvidence
 from transforms.ops import OP_OFFSET, OP_STORE_MS
@@ -123,35 +119,20 @@ def needed(records: DataFrame, unseen: Column, stored: str, floors: Mapping[str,
 
 
 def since_evidence(
-    evidence: DiscardEvidence,
-    view: DecidedView,
-    floors: Mapping[str, int],
-    fresh_small: bool = False,
+    evidence: DiscardEvidence, view: DecidedView, floors: Mapping[str, int]
 ) -> DiscardEvidence:
-    """``evidence`` whose end rules join the carried rows' half records to the op items
-    and commits the view did not hold, and the half records of the rows decided in full to
-    the ones stored at or after their floors (``floors``: per broker, ``fresh_floors``;
-    ``fresh_small``: those half records are few enough to broadcast). ``commits`` and
-    ``op_items`` become both sets (``needed``)."""
-    unseen_commits = unseen_by(view, "queue_offset", "store_timestamp_ms")
-    unseen_ops = unseen_by(view, OP_OFFSET, OP_STORE_MS, topic=OP_TOPIC)
-    carried = EndEvidence(
-        evidence.linked.filter(F.col(CARRIED)),
-        evidence.commits.filter(unseen_commits),
-        evidence.op_items.filter(unseen_ops),
+    """``evidence`` whose op items and commits are the ones ``needed``; ``floors``: per
+    broker with rows decided in full, the floor of ``fresh_floors``."""
+    commits = needed(
+        evidence.commits,
+        unseen_by(view, "queue_offset", "store_timestamp_ms"),
+        "store_timestamp_ms",
+        floors,
     )
-    parts = [carried]
-    if floors:  # no floor: no row is decided in full
-        fresh = EndEvidence(
-            evidence.linked.filter(~F.col(CARRIED)),
-            needed(evidence.commits, F.lit(False), "store_timestamp_ms", floors),
-            needed(evidence.op_items, F.lit(False), OP_STORE_MS, floors),
-            small=fresh_small,
-        )
-        parts.append(fresh)
-    return replace(
-        evidence,
-        commits=needed(evidence.commits, unseen_commits, "store_timestamp_ms", floors),
-        op_items=needed(evidence.op_items, unseen_ops, OP_STORE_MS, floors),
-        parts=tuple(parts),
+    op_items = needed(
+        evidence.op_items,
+        unseen_by(view, OP_OFFSET, OP_STORE_MS, topic=OP_TOPIC),
+        OP_STORE_MS,
+        floors,
     )
+    return replace(evidence, commits=commits, op_items=op_items)

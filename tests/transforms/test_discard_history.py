@@ -382,5 +382,5 @@ def test_the_job_chooses_each_join_of_the_discard_side(
         return df._jdf.queryExecution().sparkPlan().toString()
 
     assert halves_join in joins(evidence.linked)
-    facts = commit_times(evidence.end_parts(), T).rows
+    facts = commit_times(evidence.linked, evidence.commits, T, evidence.small).rows
     assert commits_join in joins(facts.join(evidence.rows, on=DISCARD_KEY, how="left"))

@@ -20,7 +20,6 @@ from schemas.outputs import DISCARD_HISTORY
 from tests.transforms.builders import BROKER, T, frame, half, op, params
 from tests.transforms.test_discard_history import commit, discard
 from transforms.anomalies import RoundEvidence
-from transforms.discard_ends import EndEvidence, op_times
 from transforms.discard_history import DISCARD_KEY, DiscardEvidence, discard_history, evidence_from
 from transforms.discard_since import (
     carried_keys,
@@ -196,37 +195,6 @@ def test_carried_rows_are_decided_against_what_arrived_since_as_in_full(
     }
     # Without a row decided in full, the seen op is left out too.
     assert [r["op_offset"] for r in since_evidence(flagged, VIEW, {}).op_items.collect()] == [1]
-
-
-def test_carried_half_records_meet_only_what_arrived_and_the_rest_only_what_they_need(
-    spark: SparkSession, earlier: DataFrame
-) -> None:
-    full = _evidence(spark, T)
-    carried = _local(carried_keys(full.rows, earlier, VIEW, T))
-    flagged = replace(full, linked=with_carried(full.linked, carried))
-    floors = {r["broker"]: r["floor_ms"] for r in fresh_floors(flagged.linked).collect()}
-    carried_part, fresh_part = since_evidence(flagged, VIEW, floors, fresh_small=True).parts
-
-    def keys(part: EndEvidence) -> list[str]:
-        return sorted(r["uniq_key"] for r in part.linked.collect())
-
-    assert keys(carried_part) == ["K1", "K2", "K3"]
-    assert [r["op_offset"] for r in carried_part.op_items.collect()] == [1]
-    assert [r["queue_offset"] for r in carried_part.commits.collect()] == [1]
-    assert keys(fresh_part) == ["K4"]
-    assert sorted(r["op_offset"] for r in fresh_part.op_items.collect()) == [0, 1]
-    # Commit 1 (K3's) was stored after K4's half record, commit 0 before it.
-    assert [r["queue_offset"] for r in fresh_part.commits.collect()] == [1]
-    # The few half records of the rows decided in full are broadcast; the carried ones
-    # are not (the job knows no bound on them).
-    def end_join(part: EndEvidence) -> str:  # the plan's first join: the op items' one
-        plan = op_times([part], T).rows._jdf.queryExecution().sparkPlan().toString()
-        return next(line for line in plan.splitlines() if "Join" in line)
-
-    assert "SortMergeJoin" in end_join(carried_part)
-    assert "BroadcastHashJoin" in end_join(fresh_part)
-    # Without a row decided in full there is one part.
-    assert len(since_evidence(flagged, VIEW, {}).parts) == 1
 
 
 def test_a_view_reads_back_as_written() -> None:
