@@ -59,7 +59,7 @@ from jobs.session import (
 )
 from schemas.outputs import BAD_RECORDS_TABLE, CLASSES, RESOLVED
 from transforms.round import RoundState
-from transforms.staleness import newest_records
+from transforms.staleness import broker_newest
 
 EXIT_OK = 0
 PHASE_PREFIX = "rmq-txn-reconcile: "
@@ -92,16 +92,19 @@ class JobRequest:
     as_of_choice: AsOfChoice | None = None
 
 
-def refuse_far_past_store(messages: DataFrame, as_of_ms: int, config: JobConfig) -> None:
+def refuse_far_past_store(queues: DataFrame, as_of_ms: int, config: JobConfig) -> None:
     """--strict: T beyond a broker's newest half/op record by more than the retention
-    (``file_reserved_hours``) would make every transaction of it expired: refuse (exit 2)."""
+    (``file_reserved_hours``) would make every transaction of it expired: refuse (exit 2).
+    ``queues``: the round's per-queue rows, already on the driver; their ``newest_ms`` is
+    the stale-store warning's, so the check runs no Spark job."""
     limit = config.file_reserved_hours * 3_600_000
-    for row in newest_records(messages, as_of_ms).orderBy("broker").collect():  # per broker
-        if row["newest_ms"] is not None and as_of_ms - row["newest_ms"] > limit:
+    newest = broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
+    for broker, newest_ms in sorted(newest.items()):
+        if as_of_ms - newest_ms > limit:
             raise InputError(
-                f"broker {row['broker']}: T={as_of_ms} is {as_of_ms - row['newest_ms']} ms after"
-                f" its newest half/op record, more than the retention ({config.file_reserved_hours}"
-                " h) and --strict is set: the store looks copied; use --as-of latest or the"
+                f"broker {broker}: T={as_of_ms} is {as_of_ms - newest_ms} ms after its newest"
+                f" half/op record, more than the retention ({config.file_reserved_hours} h)"
+                " and --strict is set: the store looks copied; use --as-of latest or the"
                 " instant the store was copied"
             )
 
@@ -215,11 +218,11 @@ def round_phase(
     # T = latest and the round's start offsets from one aggregate, where the read allows.
     latest = latest_round(inputs, request.as_of)
     as_of = latest.as_of_ms if latest else resolve_as_of(request.as_of, inputs.messages)
-    if config.strict:
-        refuse_far_past_store(inputs.messages, as_of, config)
     _phase(spark, "resolve and classify")
     bounds = latest.bounds if latest else None
     state = run_round(inputs, config, as_of, request.run_id, request.as_of_choice, bounds)
+    if config.strict:  # before any output is written
+        refuse_far_past_store(state.queues, as_of, config)
     # The totals from the per-queue rows the round already brought to the driver: every
     # record read, bad record and unresolved record from h0 is counted in one queue's row,
     # so no Spark job counts them again.

@@ -15,19 +15,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from schemas.outputs import CHECK, DISCARD_EXPIRED, IMMUNE
-from transforms.messages import is_half, is_op, stored_before
 from transforms.queue_values import per_broker
-
-
-def newest_records(messages: DataFrame, as_of_ms: int) -> DataFrame:
-    """Per broker, ``newest_ms``: the newest store time of a half or op record stored
-    before T (records after T do not exist for the round)."""
-    return (
-        messages.filter((is_half() | is_op()) & stored_before(as_of_ms))
-        .groupBy("broker")
-        .agg(F.max("store_timestamp_ms").alias("newest_ms"))
-        .select("broker", "newest_ms")
-    )
 
 
 def stale_after_ms(check_interval_ms: int, transaction_timeout_ms: int) -> int:

@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 from transforms.offsets import with_missing_offset_warnings
 from transforms.staleness import (
     broker_newest,
-    newest_records,
     stale_after_ms,
     with_stale_store_warning,
 )
@@ -23,25 +22,6 @@ QUEUES = "broker STRING, queue_id INT, check LONG, immune LONG, discard_expired 
 def test_stale_after_is_three_intervals_or_the_timeout() -> None:
     assert stale_after_ms(30_000, 6_000) == 90_000
     assert stale_after_ms(1_000, 6_000) == 6_000
-
-
-def test_newest_records_per_broker_before_t(spark: SparkSession) -> None:
-    messages = spark.createDataFrame(
-        [
-            ("a", "RMQ_SYS_TRANS_HALF_TOPIC", T - 50),
-            ("a", "RMQ_SYS_TRANS_OP_HALF_TOPIC", T - 10),
-            ("a", "RMQ_SYS_TRANS_HALF_TOPIC", T),  # at T: does not exist for the round
-            ("a", "TopicOrder", T - 1),  # not a transaction topic
-            ("b", "RMQ_SYS_TRANS_HALF_TOPIC", T - 99),
-        ],
-        "broker STRING, topic STRING, store_timestamp_ms LONG",
-    )
-    assert_df_equality(
-        newest_records(messages, T),
-        spark.createDataFrame([("a", T - 10), ("b", T - 99)], "broker STRING, newest_ms LONG"),
-        ignore_row_order=True,
-        ignore_nullable=True,
-    )
 
 
 def test_stale_warning_only_where_a_live_broker_would_have_written_since(
