@@ -78,6 +78,13 @@ def run_round(
     return with_picture_warnings(state, inputs, config, run_warnings)
 
 
+def queues_newest(queues: DataFrame) -> dict[str, int]:
+    """Per broker, the newest record before T of its queues (``broker_newest``), read from
+    the round's per-queue rows: local rows, so no Spark job (the stale-store warning and
+    ``--strict`` judge a broker by it)."""
+    return broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
+
+
 def with_picture_warnings(
     state: RoundState, inputs: Inputs, config: JobConfig, run_warnings: Sequence[str] = ()
 ) -> RoundState:
@@ -91,8 +98,7 @@ def with_picture_warnings(
     queues = state.materialize.per_queue(
         with_missing_offset_warnings(state.queues, inputs.offsets_files)
     )
-    # Local rows, one per queue: their brokers' newest records are read without a job.
-    newest = broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
+    newest = queues_newest(queues)
     warned = with_stale_store_warning(
         queues, as_of_ms, limit, state.params.reserved_ms, newest
     ).transform(with_run_warnings, run_warnings)

@@ -41,7 +41,7 @@ from jobs.output import (
     write_offset_fragments,
     write_tables,
 )
-from jobs.pipeline import Reconciled, run_round, with_discards_and_history
+from jobs.pipeline import Reconciled, queues_newest, run_round, with_discards_and_history
 from jobs.progress import (
     ProgressLines,
     phase_started,
@@ -59,7 +59,6 @@ from jobs.session import (
 )
 from schemas.outputs import BAD_RECORDS_TABLE, CLASSES, RESOLVED
 from transforms.round import RoundState
-from transforms.staleness import broker_newest
 
 EXIT_OK = 0
 PHASE_PREFIX = "rmq-txn-reconcile: "
@@ -98,8 +97,7 @@ def refuse_far_past_store(queues: DataFrame, as_of_ms: int, config: JobConfig) -
     ``queues``: the round's per-queue rows, already on the driver; their ``newest_ms`` is
     the stale-store warning's, so the check runs no Spark job."""
     limit = config.file_reserved_hours * 3_600_000
-    newest = broker_newest(queues.select("broker", "newest_ms").collect())  # one row per queue
-    for broker, newest_ms in sorted(newest.items()):
+    for broker, newest_ms in sorted(queues_newest(queues).items()):
         if as_of_ms - newest_ms > limit:
             raise InputError(
                 f"broker {broker}: T={as_of_ms} is {as_of_ms - newest_ms} ms after its newest"
