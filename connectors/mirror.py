@@ -19,14 +19,14 @@ import functools
 import json
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable
+from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark import StorageLevel
@@ -86,6 +86,20 @@ COMMITS = MirrorKind("mirror_commits", COMMITS_COMBINED, "committed messages")
 MIRROR_KINDS = (RECORDS, DISCARDS, COMMITS)
 MIRROR_TABLE = RECORDS.table
 MIRROR_SCHEMA = RECORDS.schema
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Columns a run derives from the decoded rows and keeps beside them (``fields``, added
+    by ``add``): derived once, when the rows are mirrored, and for the rows a run decodes
+    for itself; a row mirrored before a column existed reads it as null. The job passes
+    them (the derivations are transforms), the mirror keeps them."""
+
+    fields: T.StructType
+    add: Callable[[DataFrame], DataFrame]
+
+
+NOTHING_DERIVED = Derived(T.StructType([]), lambda rows: rows)
 
 
 def decode_settings(options: ReadOptions) -> dict[str, bool]:
@@ -193,11 +207,20 @@ class Extension:
 class Mirror:
     """The mirror under one output root (module docstring)."""
 
-    def __init__(self, spark: SparkSession, root: Path, kind: MirrorKind = RECORDS) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: Path,
+        kind: MirrorKind = RECORDS,
+        derived: Derived = NOTHING_DERIVED,
+    ) -> None:
         self.spark = spark
         self.root = root
         self.kind = kind
+        self.derived = derived
         self.path = root / kind.table
+        # The table's columns: the kind's, then the derived ones.
+        self.schema = T.StructType([*kind.schema.fields, *derived.fields.fields])
 
     def _ensure_table(self) -> None:
         try:
@@ -206,11 +229,23 @@ class Mirror:
             self.path.mkdir(parents=True, exist_ok=True)
             DeltaTable.create(
                 str(self.path),
-                to_arrow_schema(self.kind.schema),
+                to_arrow_schema(self.schema),
                 mode="ignore",
                 partition_by=list(MIRROR_PARTITIONS),
                 configuration=TABLE_PROPERTIES,
             )
+
+    def _ensure_derived(self, state: MirrorState | None) -> None:
+        """Add the derived columns a table made before them lacks, in a commit that carries
+        the state forward (``state``: the table's; None, unreadable: carried as none)."""
+        table = DeltaTable(str(self.path))
+        known = {field.name for field in table.schema().fields}
+        missing = [field for field in self.derived.fields.fields if field.name not in known]
+        if not missing:
+            return
+        fields = Schema.from_arrow(to_arrow_schema(T.StructType(missing))).fields
+        carried = {STATE_KEY: state_text(state)} if state is not None else {}
+        table.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata=carried))
 
     def extend(
         self,
@@ -226,6 +261,7 @@ class Mirror:
         with commit_lock(str(self.root)):
             self._ensure_table()
             state = load_state(self.path)
+            self._ensure_derived(state)
             rebuild = dict(rebuild)
             for broker in roots:
                 if state is None:
@@ -268,7 +304,7 @@ class Mirror:
         staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
         if not units:
             return {"rows": 0, "unplaced": 0}, staging
-        decoded = decode_units(self.spark, units, options)
+        decoded = self.derived.add(decode_units(self.spark, units, options))
         # A row without a queue offset (a consume-queue range that could not be read at
         # all) cannot be placed in the mirror's ranges: the run reads those units live.
         unplaced = F.col("reason").isNotNull() & F.col("queue_offset").isNull()
@@ -347,7 +383,8 @@ class Mirror:
             )
             if wanted is None:
                 continue
-            scanned = self.spark.read.schema(self.kind.data_schema).parquet(*paths)
+            file_schema = [f for f in self.schema.fields if f.name not in MIRROR_PARTITIONS]
+            scanned = self.spark.read.schema(T.StructType(file_schema)).parquet(*paths)
             frames.append(
                 scanned.where(wanted).select(
                     *(
@@ -356,7 +393,7 @@ class Mirror:
                         else F.lit(topic).alias(name)
                         if name == "topic"
                         else F.col(name)
-                        for name in self.kind.schema.fieldNames()
+                        for name in self.schema.fieldNames()
                     )
                 )
             )
@@ -380,15 +417,17 @@ def read_through_mirror(
     request: MirrorRequest,
     kind: MirrorKind = RECORDS,
     hold: bool = True,
+    derived: Derived = NOTHING_DERIVED,
 ) -> tuple[StoreRead, Extension]:
     """The read of ``plan``'s stores (``roots``: broker -> store root) through the mirror
     ``kind`` of ``request``: the mirror extended first (``--rebuild``: every broker of the
     run read whole again), then its rows and the live units' read together, held for the
     run like ``read_stores``'s. ``hold=False``: rows of the mirror alone are left a lazy
-    scan, which a consumer's filter prunes (live rows are decoded, and always held)."""
+    scan, which a consumer's filter prunes (live rows are decoded, and always held).
+    ``derived``: columns kept beside the rows (``Derived``), which the read's records carry."""
     if to_arrow_schema(kind.schema) != options.arrow_schema:
         raise ValueError(f"{kind.table} holds other columns than this read decodes")
-    mirror = Mirror(spark, request.root, kind)
+    mirror = Mirror(spark, request.root, kind, derived)
     rebuild = dict.fromkeys(roots, "--rebuild") if request.rebuild else {}
     extension = mirror.extend(roots, plan.units, options, rebuild)
     parts = []
@@ -397,11 +436,11 @@ def read_through_mirror(
         if mirrored is not None:
             parts.append(mirrored)
     if extension.plan.live:
-        parts.append(decode_units(spark, extension.plan.live, options))
+        parts.append(derived.add(decode_units(spark, extension.plan.live, options)))
     combined = (
         functools.reduce(DataFrame.unionByName, parts)
         if parts
-        else spark.createDataFrame([], kind.schema)
+        else spark.createDataFrame([], mirror.schema)
     )
     if hold or extension.plan.live:
         combined = combined.persist(StorageLevel.MEMORY_AND_DISK)

@@ -16,7 +16,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.errors import InputError
-from connectors.mirror import RECORDS, MirrorRequest, mirror_lines, read_through_mirror
+from connectors.mirror import (
+    RECORDS,
+    Derived,
+    MirrorRequest,
+    mirror_lines,
+    read_through_mirror,
+)
 from connectors.rocketmq.mirror_plan import QueueKey
 from connectors.rocketmq.offsets_file import committed_rows, read_consumer_offsets
 from connectors.rocketmq.probe import StoreTimes, transaction_times
@@ -31,7 +37,8 @@ from connectors.rocketmq.reader import (
 from connectors.segments import read_segments
 from jobs.config import JobConfig
 from jobs.materialize import SparkMaterializer
-from schemas.messages import COMMITTED_OFFSET, OP_TOPIC
+from schemas.messages import COMMITTED_OFFSET, MAY_BE_BAD_FIELDS, OP_TOPIC
+from transforms.bad_records import with_may_be_bad
 from transforms.messages import as_lean, is_half, is_op
 from transforms.offsets import round_bounds
 from transforms.round import NOTE
@@ -372,6 +379,8 @@ def read_store_inputs(
             mirror,
             # The round filters and projects the mirror's rows per stage: scanned, not held.
             hold=False,
+            # Whether the round may find a bad record in a record: found once, not per run.
+            derived=Derived(MAY_BE_BAD_FIELDS, with_may_be_bad),
         )
         lines = tuple(mirror_lines(extension, mirror, RECORDS))
         ends, rebuilt = extension.read_ends(OP_TOPIC), frozenset(extension.plan.rebuilt)

@@ -115,6 +115,13 @@ UNUSED_BY_ROUND = (
 # skips its duplicate check; records without the column are checked.
 OFFSET_UNIQUE = "offset_unique"
 
+# Kept beside each record of the store's mirror (``connectors.mirror``), derived once when
+# the record is mirrored (``transforms.bad_records.may_be_bad``): whether the round may find
+# a bad record in it. A run reads only the flagged records for its bad records (null: a row
+# mirrored before the column existed, read like a flagged one).
+MAY_BE_BAD = "may_be_bad"
+MAY_BE_BAD_FIELDS = T.StructType([T.StructField(MAY_BE_BAD, T.BooleanType())])
+
 LEAN_MESSAGE = T.StructType(
     [f for f in SOURCED_MESSAGE.fields if f.name not in UNUSED_BY_ROUND]
     + [T.StructField(name, T.StringType()) for name in PROPERTY_COLUMNS.values()]

@@ -9,12 +9,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from schemas.messages import (
+    MAY_BE_BAD,
     PROP_CHECK_TIMES,
     PROP_PREPARED_QUEUE_OFFSET,
     PROP_REAL_QUEUE_ID,
 )
 from schemas.outputs import BAD_RECORD
-from transforms.ops import ITEM_TEXT, OP_OFFSET
+from transforms.messages import is_half, is_op
+from transforms.ops import ITEM_TEXT, OP_OFFSET, has_unparsable_item
 from transforms.parsing import is_unparsable, parse_java_int, parse_java_long
 
 RAW_HEX_BYTES = 64
@@ -96,6 +98,14 @@ _CHECKED_PROPERTIES: tuple[tuple[str, str, object], ...] = (
 )
 
 
+def _has_unparsable_property() -> Column:
+    """A half record with a checked property present and unparsable (never null)."""
+    found = F.lit(False)
+    for _, raw, parser in _CHECKED_PROPERTIES:
+        found = found | is_unparsable(F.col(raw), parser(F.col(raw)))  # type: ignore[operator]
+    return found
+
+
 def unparsable_properties(half: DataFrame) -> DataFrame:
     """One bad record per unparsable counter, REAL_QID or prepared offset of a half record
     (``half`` carries the ``*_raw`` columns of ``with_half_fields``)."""
@@ -116,11 +126,8 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
     )
     # Cheap pre-filter: a record with every checked property absent or parsed (nearly all)
     # never reaches the array and explode below.
-    suspect = F.lit(False)
-    for _, raw, parser in _CHECKED_PROPERTIES:
-        suspect = suspect | is_unparsable(F.col(raw), parser(F.col(raw)))  # type: ignore[operator]
     return (
-        half.filter(suspect)
+        half.filter(_has_unparsable_property())
         .select(
             "broker",
             "source",
@@ -143,3 +150,29 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
             )
         )
     )
+
+
+def may_be_bad() -> Column:
+    """``MAY_BE_BAD`` of a lean record: true for a record ``unparsable_properties`` or the
+    op items' bad records find something in (a half record with an unparsable checked
+    property, an op record with an item that does not parse), false for any other record.
+    A fact of the record alone, derived once when it is mirrored."""
+    half = is_half() & _has_unparsable_property()
+    op = is_op() & has_unparsable_item()
+    return F.coalesce(half | op, F.lit(False))
+
+
+def with_may_be_bad(records: DataFrame) -> DataFrame:
+    """``records`` (lean, or the mirror's combined rows) with ``MAY_BE_BAD``."""
+    return records.withColumn(MAY_BE_BAD, may_be_bad())
+
+
+def may_be_bad_only(records: DataFrame) -> DataFrame:
+    """The ``records`` the round's bad records are looked for in: every one without the
+    ``MAY_BE_BAD`` column; with it, those flagged or mirrored before it existed (null).
+    A plain condition: the mirror's scan takes it as a pushed filter and skips the files
+    and row groups that hold no such record."""
+    if MAY_BE_BAD not in records.columns:
+        return records
+    flag = F.col(MAY_BE_BAD)
+    return records.filter(flag.isNull() | flag)

@@ -75,6 +75,13 @@ def explode_op_items(ops: DataFrame) -> DataFrame:
     )
 
 
+def has_unparsable_item() -> Column:
+    """True for an op record ``explode_op_items`` would give an item that does not parse
+    (a bad record), read from its body without exploding it; false for any other record."""
+    unparsable = F.exists(_items(), lambda item: (item != "") & parse_java_long(item).isNull())
+    return F.coalesce(names_items() & unparsable, F.lit(False))
+
+
 def named_offsets(op_items: DataFrame, *also: str) -> DataFrame:
     """``named`` of spec section 3: ``broker, queue_id, half_offset`` named by any op
     record, and the columns ``also`` of the op item naming it (``op_offset``: which op

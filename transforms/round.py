@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from transforms.anomalies import (
     RoundEvidence,
 )
+from transforms.bad_records import may_be_bad_only
 from transforms.broker_round import broker_round
 from transforms.broker_view import BROKER_ROW_COLUMNS
 from transforms.floors import (
@@ -238,9 +239,9 @@ def classify_round(
     # Kept: counted per queue now, then read by every table, the rules and the history.
     pending = m.kept(with_statuses(candidates, h1s, m.attach))
     safe = m.per_queue(with_h_safe(h1s, status_facts(pending, params)))
+    every_item = explode_op_items(every_op)  # read by the history
     # Found once (usually a few) in every record: counted per queue below, then written.
-    every_item = explode_op_items(every_op)  # read by the bad records and the history
-    bad_records = m.kept(round_bad_records(marked, every_item, every_half, bad_input))
+    bad_records = m.kept(_bad_records(marked, every_half, every_op, bad_input))
     note_rows = notes if notes is not None else messages.sparkSession.createDataFrame([], NOTE)
     rows = window_rows(half, ops, op_items, safe, params, m.attach)  # the end offsets' records
     queues = queue_summary(
@@ -254,6 +255,15 @@ def classify_round(
     walked = broker_round(settled, ops, starts, params, attach=m.attach, carried=BROKER_ROW_COLUMNS)
     broker = m.kept(walked)
     return RoundState(pending, queues, bad_records, params, broker, m, evidence, retained)
+
+
+def _bad_records(
+    marked: DataFrame, half: DataFrame, ops: DataFrame, bad_input: DataFrame | None
+) -> DataFrame:
+    """``round_bad_records`` of the records stored before T (``half``, ``ops``), read in
+    the ones the mirror does not know to hold none (``may_be_bad_only``)."""
+    items = explode_op_items(may_be_bad_only(ops))
+    return round_bad_records(marked, items, may_be_bad_only(half), bad_input)
 
 
 def _starts(

@@ -336,7 +336,7 @@ def split_read(
 ) -> StoreRead:
     """The read of ``plan``'s stores from their ``combined`` rows (held by the caller):
     readable records in the message schema of ``options``, bad records, committed offsets."""
-    _, message_schema = _schemas(options)
+    combined_schema, message_schema = _schemas(options)
     # The lean records are the round's input contract: what it reads, and whether each
     # record's queue offset can repeat (``transforms.round_stages.OFFSET_UNIQUE``).
     flag = [offset_unique_flag(plan.units).alias(OFFSET_UNIQUE)] if options.lean else []
@@ -344,7 +344,9 @@ def split_read(
         restored_transaction_id() if name == TRANSACTION_ID else F.col(name)
         for name in message_schema.fieldNames()
     ]
-    messages = combined.where(F.col("reason").isNull()).select(*columns, *flag)
+    # Columns kept beside the decoded ones (the mirror's derived columns) ride along.
+    derived = [name for name in combined.columns if name not in combined_schema.fieldNames()]
+    messages = combined.where(F.col("reason").isNull()).select(*columns, *flag, *derived)
     bad_records = combined.where(F.col("reason").isNotNull()).select(*BAD_RECORD.fieldNames())
     committed_offsets = spark.createDataFrame(plan.committed, COMMITTED_OFFSET)
     return StoreRead(

@@ -11,10 +11,12 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from connectors.mirror import (
     MIRROR_TABLE,
     BrokerMirror,
+    Derived,
     MirrorRequest,
     load_state,
     parse_state,
@@ -24,10 +26,11 @@ from connectors.mirror import (
 from connectors.rocketmq.mirror_plan import QueueMark
 from connectors.rocketmq.reader import plan_stores, read_options, read_stores
 from connectors.rocketmq.store_files import StoreSpec
-from schemas.messages import HALF_TOPIC
+from schemas.messages import HALF_TOPIC, MAY_BE_BAD, MAY_BE_BAD_FIELDS
 from simulator.growth import copy_prefix, expire_head, record_ends
 from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import mirrored_places
+from transforms.bad_records import with_may_be_bad
 
 OPTIONS = read_options(lean=True)
 
@@ -121,3 +124,42 @@ def test_reads_at_drawn_cut_points_give_the_rows_of_a_whole_read(
         whole.unpersist()
     places = mirrored_places(out, MIRROR_TABLE)
     assert decoded == len(places) == len(set(places))  # each entry decoded once
+
+
+def test_derived_columns_are_kept_and_added_to_a_table_made_before_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A mirror made without the derived flag gains it in a commit that carries its marks
+    (nothing read again); the rows mirrored before read it as null, the rows mirrored after
+    carry it, and a read's records carry it."""
+    full, store, out = tmp_path / "full", tmp_path / "a", tmp_path / "out"
+    write_store(SimConfig(transactions=200, seed=4, commitlog_file_size=128 << 10), full)
+    ends = record_ends(full, HALF_TOPIC)
+    middle = int(ends[len(ends) // 2])
+    copy_prefix(full, store, middle)
+    first, _ = _read(spark, store, out)
+    first.unpersist()
+    state = load_state(out / MIRROR_TABLE)
+    copy_prefix(full, store, int(ends[-1]))
+    derived = Derived(MAY_BE_BAD_FIELDS, with_may_be_bad)
+    plan = plan_stores([StoreSpec("a", store)])
+    through, extension = read_through_mirror(
+        spark, plan, {"a": store}, OPTIONS, MirrorRequest(out), derived=derived
+    )
+    try:
+        assert extension.plan.rebuilt == {} and extension.records > 0
+        table = DeltaTable(str(out / MIRROR_TABLE))
+        assert MAY_BE_BAD in [field.name for field in table.schema().fields]
+        # The column's commit carried the marks: the rows before it were not read again.
+        assert state is not None and set(state) == {"a"}
+        flags = through.messages.groupBy(
+            (F.col("commitlog_offset") < middle).alias("before"), MAY_BE_BAD
+        ).count()
+        expected = spark.createDataFrame(
+            [(True, None), (False, False)], "before BOOLEAN, may_be_bad BOOLEAN"
+        )
+        assert_df_equality(
+            flags.drop("count"), expected, ignore_row_order=True, ignore_nullable=True
+        )
+    finally:
+        through.unpersist()

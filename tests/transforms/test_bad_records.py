@@ -1,0 +1,80 @@
+"""The flag the mirror keeps beside each record (``transforms.bad_records.may_be_bad``): true
+exactly for the records the round finds an unparsable property or op item in, so that the
+round reads only the flagged ones (and the ones mirrored before the flag) for them."""
+
+from __future__ import annotations
+
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from schemas.messages import MAY_BE_BAD
+from tests.transforms.builders import frame, half, op
+from transforms.bad_records import (
+    may_be_bad_only,
+    unparsable_op_items,
+    unparsable_properties,
+    with_may_be_bad,
+)
+from transforms.messages import as_lean, is_half, is_op, with_half_fields
+from transforms.ops import explode_op_items, unparsable_items
+
+# (queue offset, record, whether the round finds a bad record in it)
+RECORDS = [
+    (1, half(1, 10, key="k1", counter=2, prepared=0), False),
+    (2, half(2, 10, key="k2", counter="two"), True),
+    (3, half(3, 10, key="k3", real_qid="q"), True),
+    (4, half(4, 10, key="k4", prepared="99999999999999999999"), True),  # past a long
+    (5, half(5, 10, key="k5", counter=None, real_qid=None), False),  # absent: not bad
+    (6, half(6, 10, key="k6", immunity="soon"), False),  # a finding, not a bad record
+    (7, op(7, "1,2,"), False),
+    (8, op(8, "3,x,"), True),
+    (9, op(9, ",,"), False),  # empty items name nothing
+    (10, op(10, "x", tag="other"), False),  # another tag names nothing
+    (11, op(11, None), False),
+    (12, op(12, b"4,\xff,"), True),  # invalid UTF-8 makes its item unparsable
+    (13, op(13, "+5,-6"), False),  # signs parse, as Long.parseLong reads them
+]
+
+
+def _records(spark: SparkSession) -> DataFrame:
+    return as_lean(frame(spark, [record for _, record, _ in RECORDS]))
+
+
+def _bad_records(records: DataFrame) -> DataFrame:
+    """The round's bad records that a record's own columns decide (properties, op items)."""
+    half_rows = with_half_fields(records.filter(is_half()))
+    items = explode_op_items(records.filter(is_op()))
+    return unparsable_properties(half_rows).unionByName(
+        unparsable_op_items(unparsable_items(items), "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+    )
+
+
+def test_may_be_bad_flags_the_records_the_round_finds_bad_records_in(
+    spark: SparkSession,
+) -> None:
+    flagged = with_may_be_bad(_records(spark)).select("queue_offset", MAY_BE_BAD)
+    expected = spark.createDataFrame(
+        [(offset, bad) for offset, _, bad in RECORDS], "queue_offset LONG, may_be_bad BOOLEAN"
+    )
+    assert_df_equality(flagged, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_the_flagged_records_give_every_bad_record(spark: SparkSession) -> None:
+    records = _records(spark)
+    expected = _bad_records(records)
+    assert expected.count() == 5  # the property the test rests on: there is something to lose
+    kept = may_be_bad_only(with_may_be_bad(records))
+    assert_df_equality(_bad_records(kept), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_may_be_bad_only_keeps_flagged_and_unknown_records(spark: SparkSession) -> None:
+    rows = spark.createDataFrame(
+        [(1, True), (2, False), (3, None)], "queue_offset LONG, may_be_bad BOOLEAN"
+    )
+    kept = may_be_bad_only(rows).select("queue_offset")
+    expected = spark.createDataFrame([(1,), (3,)], "queue_offset LONG")
+    assert_df_equality(kept, expected, ignore_row_order=True, ignore_nullable=True)
+    # Records without the flag (a read of the store or of segments) are all read.
+    plain = rows.drop(MAY_BE_BAD)
+    assert_df_equality(may_be_bad_only(plain), plain.filter(F.lit(True)), ignore_row_order=True)
