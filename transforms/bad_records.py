@@ -16,7 +16,7 @@ from schemas.messages import (
 )
 from schemas.outputs import BAD_RECORD
 from transforms.messages import is_half, is_op
-from transforms.ops import ITEM_TEXT, OP_OFFSET, has_unparsable_item
+from transforms.ops import ITEM_TEXT, OP_OFFSET, may_hold_unparsable_item
 from transforms.parsing import is_unparsable, parse_java_int, parse_java_long
 
 RAW_HEX_BYTES = 64
@@ -153,12 +153,13 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
 
 
 def may_be_bad() -> Column:
-    """``MAY_BE_BAD`` of a lean record: true for a record ``unparsable_properties`` or the
-    op items' bad records find something in (a half record with an unparsable checked
-    property, an op record with an item that does not parse), false for any other record.
-    A fact of the record alone, derived once when it is mirrored."""
+    """``MAY_BE_BAD`` of a lean record: true for every record ``unparsable_properties`` or
+    the op items' bad records find something in (a half record with an unparsable checked
+    property, an op record with an item that does not parse: ``may_hold_unparsable_item``,
+    which also flags a few that hold none), false for any other record. A fact of the
+    record alone, derived once when it is mirrored."""
     half = is_half() & _has_unparsable_property()
-    op = is_op() & has_unparsable_item()
+    op = is_op() & may_hold_unparsable_item()
     return F.coalesce(half | op, F.lit(False))
 
 

@@ -375,6 +375,24 @@ def test_unparsable_counter_is_a_bad_record_and_unparsable_immunity_a_finding(co
     assert findings == [(2, "warning"), (3, "warning")]
 
 
+def test_a_run_through_the_mirror_finds_the_same_bad_records(spark, corpus, outcome):
+    """The mirror flags the records that hold an unparsable property or op item once, when
+    it mirrors them (``may_be_bad``), and a run through it looks only in those: it finds
+    every bad record a run of the stores finds, the flagged ones among them."""
+    base, _ = corpus
+    _, tables, _ = outcome
+    brokers = ("bad-props", "op-bodies")
+    output = base / "out-mirror"
+    stores = [arg for name in brokers for arg in ("--store", f"{name}={base / name}")]
+    argv = [*stores, "--output", str(output), "--as-of", str(T), "--run-id", RUN, "--mirror"]
+    assert main(argv, spark=spark) == 0
+    mirrored = rows_of(output, "bad_records", RUN)
+    assert sorted(_bad({"bad_records": mirrored}, b) for b in brokers) == sorted(
+        _bad(tables, b) for b in brokers
+    )
+    assert all(_bad(tables, b) for b in brokers)  # something the flags could have lost
+
+
 def test_a_long_real_topic_is_read_and_one_unsafe_as_a_path_is_not(corpus, outcome):
     """A discarded transaction committed into a 200-character topic is `committed`; one
     whose real topic is `../etc` is `ended` (that name is never made a path)."""
