@@ -79,8 +79,8 @@ def may_hold_unparsable_item() -> Column:
     """True for every op record ``explode_op_items`` gives an item that does not parse (a
     bad record), read from its body in one pass, not split: a body that names items and
     holds anything but digits and commas (a sign, a space, invalid UTF-8, which Java reads
-    as U+FFFD) or a run of 19 digits (past a long, or close to one) is flagged, so a few
-    flagged records hold none. Two plain patterns, no lambda: a projection with it is
+    as U+FFFD) or a run of 19 digits or more (which may be past a long) is flagged, so a
+    few flagged records hold none. Two plain patterns, no lambda: a projection with it is
     compiled, not interpreted row by row. Never null."""
     text = F.col("body").cast("string")
     plain = text.rlike(r"\A[0-9,]*\z") & ~text.rlike("[0-9]{19}")
