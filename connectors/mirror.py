@@ -70,11 +70,6 @@ class MirrorKind:
     schema: T.StructType
     what: str
 
-    @property
-    def data_schema(self) -> T.StructType:
-        """The columns of its files (the partition columns are in the Delta log)."""
-        return T.StructType([f for f in self.schema.fields if f.name not in MIRROR_PARTITIONS])
-
 
 # The half and op records, in the round's lean columns; the discard topic's records, with
 # their properties (the discard history reads them whole).
@@ -219,8 +214,12 @@ class Mirror:
         self.kind = kind
         self.derived = derived
         self.path = root / kind.table
-        # The table's columns: the kind's, then the derived ones.
+        # The table's columns: the kind's, then the derived ones; its files hold all but
+        # the partition columns (those are in the Delta log).
         self.schema = T.StructType([*kind.schema.fields, *derived.fields.fields])
+        self.file_schema = T.StructType(
+            [f for f in self.schema.fields if f.name not in MIRROR_PARTITIONS]
+        )
 
     def _ensure_table(self) -> None:
         try:
@@ -383,8 +382,7 @@ class Mirror:
             )
             if wanted is None:
                 continue
-            file_schema = [f for f in self.schema.fields if f.name not in MIRROR_PARTITIONS]
-            scanned = self.spark.read.schema(T.StructType(file_schema)).parquet(*paths)
+            scanned = self.spark.read.schema(self.file_schema).parquet(*paths)
             frames.append(
                 scanned.where(wanted).select(
                     *(
