@@ -1,5 +1,6 @@
 """The driver settings of a local run (jobs/session.py): the G1 region size the cached
-records of a large store need, set only where the job starts the driver's JVM itself."""
+records of a large store need and the free heap G1 may keep, set only where the job starts
+the driver's JVM itself."""
 
 from __future__ import annotations
 
@@ -8,14 +9,25 @@ from pyspark.sql import SparkSession
 from jobs import session
 
 
-def test_a_local_driver_gets_the_region_size_and_a_cluster_driver_does_not() -> None:
+def test_a_local_driver_gets_the_heap_options_and_a_cluster_driver_does_not() -> None:
     _, local = session._local_settings(SparkSession.builder, "local[2]", "4g")
     _, cluster = session._local_settings(SparkSession.builder, "spark://master:7077", "4g")
-    assert local == [session.G1_REGION]
+    assert local == [
+        "-XX:G1HeapRegionSize=32m",
+        "-XX:MinHeapFreeRatio=10",
+        "-XX:MaxHeapFreeRatio=30",
+    ]
     assert cluster == []
 
 
-def test_the_shared_session_jvm_runs_with_the_region_size(spark: SparkSession) -> None:
-    # The JVM's own arguments, not the setting: proof that the option reached the driver.
-    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()  # type: ignore[union-attr]
-    assert session.G1_REGION in list(runtime.getInputArguments())
+def test_the_shared_session_jvm_runs_with_the_heap_options(spark: SparkSession) -> None:
+    # The JVM's own arguments and flags, not the setting: proof that the options reached
+    # the driver and that the JVM took them.
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    management = jvm.java.lang.management.ManagementFactory
+    assert session.G1_REGION in list(management.getRuntimeMXBean().getInputArguments())
+    diagnostics = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    hotspot = management.getPlatformMXBean(diagnostics)
+    ratios = ("MinHeapFreeRatio", "MaxHeapFreeRatio")
+    free = {name: hotspot.getVMOption(name).getValue() for name in ratios}
+    assert free == {"MinHeapFreeRatio": "10", "MaxHeapFreeRatio": "30"}
