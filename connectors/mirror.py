@@ -9,8 +9,9 @@ How far each queue was read, and what the store held there (the marks), is writt
 metadata of the commit that adds the files: files and marks move together, so a run killed
 before or after the commit repeats cleanly. The whole extension (marks read, plan, decode,
 commit) holds the output root's commit lock: two runs on one root never decode the same
-entries twice. The mirror is written by delta-rs from the driver and needs a local output
-root (or storage mounted as one), like the delta-rs writer (docs/cluster.md).
+entries twice. The decode tasks write the mirror's files (``connectors.mirror_write``) and
+delta-rs commits them from the driver: it needs a local output root (or storage mounted as
+one) that every executor shares, like the delta-rs writer (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,7 +30,7 @@ from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -39,6 +39,7 @@ from connectors.delta_commit import TABLE_PROPERTIES, commit_lock, local_root
 from connectors.delta_read import newest_data_commit
 from connectors.delta_rs import check_committed_rows, partition_folder
 from connectors.errors import InputError
+from connectors.mirror_write import MIRROR_PARTITIONS, StagedFile, StagedWrite, write_units
 from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
 from connectors.rocketmq.read_plan import Unit
@@ -52,7 +53,6 @@ from connectors.rocketmq.reader import (
     split_read,
 )
 
-MIRROR_PARTITIONS = ("broker", "topic")
 # The commit metadata key that holds the marks (``MirrorState``), and their format.
 STATE_KEY = "rmq_txn_reconcile_mirror"
 # Commits that carry no state: a vacuum writes a start and an end commit (jobs.maintenance
@@ -85,16 +85,26 @@ MIRROR_SCHEMA = RECORDS.schema
 
 @dataclass(frozen=True)
 class Derived:
-    """Columns a run derives from the decoded rows and keeps beside them (``fields``, added
-    by ``add``): derived once, when the rows are mirrored, and for the rows a run decodes
-    for itself; a row mirrored before a column existed reads it as null. The job passes
-    them (the derivations are transforms), the mirror keeps them."""
+    """Columns a run derives from the decoded rows and keeps beside them (``fields``):
+    derived once, when the rows are mirrored (``arrays``, on each decoded Arrow batch in
+    the mirror's tasks), and for the rows a run decodes for itself (``add``); a row
+    mirrored before a column existed reads it as null. The job passes them (the derivations
+    are transforms), the mirror keeps them."""
 
     fields: T.StructType
     add: Callable[[DataFrame], DataFrame]
+    arrays: Callable[[pa.RecordBatch], Sequence[pa.Array]]
 
 
-NOTHING_DERIVED = Derived(T.StructType([]), lambda rows: rows)
+def _no_rows_derived(rows: DataFrame) -> DataFrame:
+    return rows
+
+
+def _no_arrays_derived(batch: pa.RecordBatch) -> list[pa.Array]:
+    return []
+
+
+NOTHING_DERIVED = Derived(T.StructType([]), _no_rows_derived, _no_arrays_derived)
 
 
 def decode_settings(options: ReadOptions) -> dict[str, bool]:
@@ -275,15 +285,18 @@ class Mirror:
                 for (topic, queue_id), mark in part.marks.items()
             }
             plan = plan_mirror(roots, units, marks, rebuild)
-            written, staging = self._decode(plan.extend, options)
-            if written.get("unplaced", 0):
+            staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
+            staged = self._decode(plan.extend, options, staging)
+            written = sum(file.rows for file in staged)
+            if any(file.unplaced for file in staged):
                 # Nothing is committed: the run reads its stores whole, as without the mirror.
                 shutil.rmtree(staging, ignore_errors=True)
                 return Extension(MirrorPlan([], list(units), {}, {}, {}), 0, committed=False)
-            adds, found = self._place(staging)
             # Executors write on their file system, the driver lists its own: marks that
             # moved past rows the driver cannot see would lose them (docs/cluster.md).
-            check_committed_rows(self.kind.table, written.get("rows", 0), found, staging)
+            check_committed_rows(self.kind.table, written, _rows_found(staged), staging)
+            adds = self._place(staged)
+            shutil.rmtree(staging, ignore_errors=True)
             new_state = dict(state)
             for broker in roots:
                 new_state[broker] = BrokerMirror(
@@ -295,58 +308,43 @@ class Mirror:
             replaced = sorted(b for b in roots if b in plan.rebuilt or b not in state)
             if adds or replaced or new_state != state:
                 self._commit(adds, replaced, new_state)
-        return Extension(plan, written.get("rows", 0), committed=True)
+        return Extension(plan, written, committed=True)
 
-    def _decode(self, units: Sequence[Unit], options: ReadOptions) -> tuple[dict[str, int], Path]:
-        """Decode ``units`` into Parquet files partitioned by broker and topic in a staging
-        folder of the table: (rows written, rows with no queue offset), the folder."""
-        staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
+    def _decode(
+        self, units: Sequence[Unit], options: ReadOptions, staging: Path
+    ) -> list[StagedFile]:
+        """Decode ``units`` into Parquet files of the table's columns in ``staging``, each
+        of one (broker, topic): the files (``connectors.mirror_write``)."""
         if not units:
-            return {"rows": 0, "unplaced": 0}, staging
-        decoded = self.derived.add(decode_units(self.spark, units, options))
-        # A row without a queue offset (a consume-queue range that could not be read at
-        # all) cannot be placed in the mirror's ranges: the run reads those units live.
-        unplaced = F.col("reason").isNotNull() & F.col("queue_offset").isNull()
-        seen = Observation("mirror rows")
-        decoded.observe(
-            seen,
-            F.count(F.lit(1)).alias("rows"),
-            F.count(F.when(unplaced, True)).alias("unplaced"),
-        ).write.mode("error").partitionBy(*MIRROR_PARTITIONS).parquet(str(staging))
-        return dict(seen.get), staging
+            return []
+        staging.mkdir(parents=True)
+        write = StagedWrite(str(staging), to_arrow_schema(self.file_schema), self.derived.arrays)
+        return write_units(self.spark, units, options, write)
 
-    def _place(self, staging: Path) -> tuple[list[AddAction], int]:
-        """Move the staged files into the table's partition folders: their add actions and
-        the rows they hold (from the footers)."""
-        adds, found = [], 0
-        for file in sorted(staging.glob("broker=*/topic=*/*.parquet")):
-            values = {
-                part.split("=", 1)[0]: unquote(part.split("=", 1)[1])
-                for part in (file.parent.parent.name, file.parent.name)
-            }
+    def _place(self, staged: Sequence[StagedFile]) -> list[AddAction]:
+        """Move the staged files into the table's partition folders: their add actions."""
+        adds = []
+        for file in staged:
             folder = (
                 self.path
-                / partition_folder(values["broker"], "broker")
-                / partition_folder(values["topic"], "topic")
+                / partition_folder(file.broker or "", "broker")
+                / partition_folder(file.topic or "", "topic")
             )
             folder.mkdir(parents=True, exist_ok=True)
-            target = folder / f"{staging.name}-{file.name}"
-            file.rename(target)
-            rows = pq.read_metadata(target).num_rows
-            found += rows
+            target = folder / Path(file.path).name
+            Path(file.path).rename(target)
             stat = target.stat()
             adds.append(
                 AddAction(
                     path=target.relative_to(self.path).as_posix(),
                     size=stat.st_size,
-                    partition_values=values,
+                    partition_values={"broker": file.broker, "topic": file.topic},
                     modification_time=int(stat.st_mtime * 1000),
                     data_change=True,
-                    stats=json.dumps({"numRecords": rows}),
+                    stats=json.dumps({"numRecords": file.rows}),
                 )
             )
-        shutil.rmtree(staging, ignore_errors=True)
-        return adds, found
+        return adds
 
     def _commit(
         self, adds: Sequence[AddAction], replaced: Sequence[str], state: Mapping[str, BrokerMirror]
@@ -396,6 +394,12 @@ class Mirror:
                 )
             )
         return functools.reduce(DataFrame.unionByName, frames) if frames else None
+
+
+def _rows_found(staged: Sequence[StagedFile]) -> int:
+    """The rows the driver finds in the staged files (their footers; a file it cannot see
+    holds none)."""
+    return sum(pq.read_metadata(file.path).num_rows for file in staged if Path(file.path).exists())
 
 
 def _queue_ranges(spans: Iterable[tuple[int, tuple[int, int]]]) -> Column | None:

@@ -38,7 +38,7 @@ from connectors.segments import read_segments
 from jobs.config import JobConfig
 from jobs.materialize import SparkMaterializer
 from schemas.messages import COMMITTED_OFFSET, MAY_BE_BAD_FIELDS, OP_TOPIC
-from transforms.bad_records import with_may_be_bad
+from transforms.bad_records import may_be_bad_columns, with_may_be_bad
 from transforms.messages import as_lean, is_half, is_op
 from transforms.offsets import round_bounds
 from transforms.round import NOTE
@@ -380,7 +380,7 @@ def read_store_inputs(
             # The round filters and projects the mirror's rows per stage: scanned, not held.
             hold=False,
             # Whether the round may find a bad record in a record: found once, not per run.
-            derived=Derived(MAY_BE_BAD_FIELDS, with_may_be_bad),
+            derived=Derived(MAY_BE_BAD_FIELDS, with_may_be_bad, may_be_bad_columns),
         )
         lines = tuple(mirror_lines(extension, mirror, RECORDS))
         ends, rebuilt = extension.read_ends(OP_TOPIC), frozenset(extension.plan.rebuilt)

@@ -4,19 +4,30 @@ that decoded but cannot be used as they are."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from schemas.messages import (
+    HALF_TOPIC,
     MAY_BE_BAD,
+    OP_TOPIC,
     PROP_CHECK_TIMES,
     PROP_PREPARED_QUEUE_OFFSET,
     PROP_REAL_QUEUE_ID,
+    REMOVE_TAG,
 )
 from schemas.outputs import BAD_RECORD
 from transforms.messages import is_half, is_op
-from transforms.ops import ITEM_TEXT, OP_OFFSET, may_hold_unparsable_item
+from transforms.ops import (
+    ITEM_TEXT,
+    LONG_RUN,
+    OP_OFFSET,
+    PLAIN_BODY,
+    may_hold_unparsable_item,
+)
 from transforms.parsing import is_unparsable, parse_java_int, parse_java_long
 
 RAW_HEX_BYTES = 64
@@ -87,21 +98,27 @@ def unparsable_op_items(bad_items: DataFrame, op_topic: str) -> DataFrame:
     )
 
 
-# Half properties that must parse, with the parser the round uses for them. Not the
-# immunity property: the broker reads an unparsable one as the transaction timeout, as the
-# round does, so its record takes part in the round (an ``unparsable_immunity`` finding,
-# ``transforms.anomaly_rules.pending``), which is what a bad record does not.
-_CHECKED_PROPERTIES: tuple[tuple[str, str, object], ...] = (
-    (PROP_CHECK_TIMES, "check_times_raw", parse_java_int),
-    (PROP_REAL_QUEUE_ID, "real_queue_id_raw", parse_java_int),
-    (PROP_PREPARED_QUEUE_OFFSET, "prepared_queue_offset_raw", parse_java_long),
+# Text every int / long parser reads as it is: a minus sign at most, and few enough digits
+# to be within range whatever they are (``may_be_bad_arrow``).
+_PLAIN_INT = r"\A-?[0-9]{1,9}\z"
+_PLAIN_LONG = r"\A-?[0-9]{1,18}\z"
+
+# Half properties that must parse, with the parser the round uses for them and the text
+# that always parses. Not the immunity property: the broker reads an unparsable one as the
+# transaction timeout, as the round does, so its record takes part in the round (an
+# ``unparsable_immunity`` finding, ``transforms.anomaly_rules.pending``), which is what a
+# bad record does not.
+_CHECKED_PROPERTIES: tuple[tuple[str, str, object, str], ...] = (
+    (PROP_CHECK_TIMES, "check_times_raw", parse_java_int, _PLAIN_INT),
+    (PROP_REAL_QUEUE_ID, "real_queue_id_raw", parse_java_int, _PLAIN_INT),
+    (PROP_PREPARED_QUEUE_OFFSET, "prepared_queue_offset_raw", parse_java_long, _PLAIN_LONG),
 )
 
 
 def _has_unparsable_property() -> Column:
     """A half record with a checked property present and unparsable (never null)."""
     found = F.lit(False)
-    for _, raw, parser in _CHECKED_PROPERTIES:
+    for _, raw, parser, _ in _CHECKED_PROPERTIES:
         found = found | is_unparsable(F.col(raw), parser(F.col(raw)))  # type: ignore[operator]
     return found
 
@@ -121,7 +138,7 @@ def unparsable_properties(half: DataFrame) -> DataFrame:
                     F.col(raw).alias("raw"),
                 ),
             ).cast(problem)
-            for name, raw, parser in _CHECKED_PROPERTIES
+            for name, raw, parser, _ in _CHECKED_PROPERTIES
         ]
     )
     # Cheap pre-filter: a record with every checked property absent or parsed (nearly all)
@@ -161,6 +178,37 @@ def may_be_bad() -> Column:
     half = is_half() & _has_unparsable_property()
     op = is_op() & may_hold_unparsable_item()
     return F.coalesce(half | op, F.lit(False))
+
+
+def _matches(text: pa.Array, pattern: str) -> pa.Array:
+    return pc.match_substring_regex(text, pattern)
+
+
+def may_be_bad_arrow(records: pa.RecordBatch) -> pa.Array:
+    """``may_be_bad`` of a batch of decoded records (lean or combined, with the columns the
+    rule reads), for the mirror's tasks, which derive the flag as they write its files with
+    no Spark (``connectors.mirror_write``). It flags every record ``may_be_bad`` flags, and
+    a few more: a checked property counts as parsable only in the plain text every parser
+    reads (``_PLAIN_INT``, ``_PLAIN_LONG``), so a sign or a long number within range is
+    flagged too. Never null. The tests hold the two forms to each other."""
+    topic = records.column("topic")
+    unplain_property = pa.scalar(False)
+    for _, raw, _, plain in _CHECKED_PROPERTIES:
+        text = records.column(raw)
+        unplain = pc.and_kleene(pc.is_valid(text), pc.invert(_matches(text, plain)))
+        unplain_property = pc.or_kleene(unplain_property, unplain)
+    half = pc.and_kleene(pc.equal(topic, HALF_TOPIC), unplain_property)
+    body = records.column("body")
+    plain_body = pc.and_kleene(_matches(body, PLAIN_BODY), pc.invert(_matches(body, LONG_RUN)))
+    names = pc.and_kleene(pc.equal(records.column("tags"), REMOVE_TAG), pc.is_valid(body))
+    op = pc.and_kleene(pc.and_kleene(pc.equal(topic, OP_TOPIC), names), pc.invert(plain_body))
+    return pc.fill_null(pc.or_kleene(half, op), False)
+
+
+def may_be_bad_columns(records: pa.RecordBatch) -> list[pa.Array]:
+    """``MAY_BE_BAD_FIELDS``' columns of a batch of decoded records, as the mirror derives
+    them (``connectors.mirror.Derived``)."""
+    return [may_be_bad_arrow(records)]
 
 
 def with_may_be_bad(records: DataFrame) -> DataFrame:

@@ -18,6 +18,11 @@ ITEM_TEXT = "item_text"
 HALF_OFFSET = "half_offset"
 OP_OFFSET = "op_offset"
 OP_STORE_MS = "op_store_ms"
+# An op body whose items all parse as they are: digits and commas only, and no run of 19
+# digits (which may be past a long). Read by ``may_hold_unparsable_item`` and by its Arrow
+# form (``transforms.bad_records.may_be_bad_arrow``).
+PLAIN_BODY = r"\A[0-9,]*\z"
+LONG_RUN = "[0-9]{19}"
 
 
 def is_remove_op() -> Column:
@@ -83,7 +88,7 @@ def may_hold_unparsable_item() -> Column:
     few flagged records hold none. Two plain patterns, no lambda: a projection with it is
     compiled, not interpreted row by row. Never null."""
     text = F.col("body").cast("string")
-    plain = text.rlike(r"\A[0-9,]*\z") & ~text.rlike("[0-9]{19}")
+    plain = text.rlike(PLAIN_BODY) & ~text.rlike(LONG_RUN)
     return F.coalesce(names_items() & ~plain, F.lit(False))
 
 

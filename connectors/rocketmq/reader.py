@@ -320,13 +320,19 @@ def read_options(
     )
 
 
-def decode_units(spark: SparkSession, units: Sequence[Unit], options: ReadOptions) -> DataFrame:
-    """The combined rows (records and bad records, ``_schemas``) of ``units``, decoded by
-    one Spark job's tasks (module docstring); nothing is decoded until a query reads it."""
+def unit_tasks(spark: SparkSession, units: Sequence[Unit]) -> tuple[DataFrame, list[list[Unit]]]:
+    """The tasks of one Spark job that decodes ``units``: a frame of task ids, one per
+    partition, and each task's units (``task_packing``), for a ``mapInArrow`` function."""
     size = task_size(units, default_parallelism(spark))
     # In commit-log order: the queues' records lie among each other's over the whole log.
     tasks = pack_tasks(in_log_order(split_units(units, size)), size)
-    ranges = spark.range(0, len(tasks), 1, max(1, len(tasks)))
+    return spark.range(0, len(tasks), 1, max(1, len(tasks))), tasks
+
+
+def decode_units(spark: SparkSession, units: Sequence[Unit], options: ReadOptions) -> DataFrame:
+    """The combined rows (records and bad records, ``_schemas``) of ``units``, decoded by
+    one Spark job's tasks (module docstring); nothing is decoded until a query reads it."""
+    ranges, tasks = unit_tasks(spark, units)
     combined_schema, _ = _schemas(options)
     return ranges.mapInArrow(functools.partial(read_tasks, tasks, options), combined_schema)
 

@@ -30,7 +30,7 @@ from schemas.messages import HALF_TOPIC, MAY_BE_BAD, MAY_BE_BAD_FIELDS
 from simulator.growth import copy_prefix, expire_head, record_ends
 from simulator.simulation import SimConfig, write_store
 from tests.robustness.store import mirrored_places
-from transforms.bad_records import with_may_be_bad
+from transforms.bad_records import may_be_bad_columns, with_may_be_bad
 
 OPTIONS = read_options(lean=True)
 
@@ -141,7 +141,7 @@ def test_derived_columns_are_kept_and_added_to_a_table_made_before_them(
     first.unpersist()
     state = load_state(out / MIRROR_TABLE)
     copy_prefix(full, store, int(ends[-1]))
-    derived = Derived(MAY_BE_BAD_FIELDS, with_may_be_bad)
+    derived = Derived(MAY_BE_BAD_FIELDS, with_may_be_bad, may_be_bad_columns)
     plan = plan_stores([StoreSpec("a", store)])
     through, extension = read_through_mirror(
         spark, plan, {"a": store}, OPTIONS, MirrorRequest(out), derived=derived

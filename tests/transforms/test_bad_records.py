@@ -5,13 +5,17 @@ mirrored before the flag) for them."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 from chispa import assert_df_equality
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from schemas.messages import MAY_BE_BAD, OP_TOPIC
 from tests.transforms.builders import frame, half, op
 from transforms.bad_records import (
+    may_be_bad_arrow,
     may_be_bad_only,
     unparsable_op_items,
     unparsable_properties,
@@ -62,6 +66,58 @@ def test_may_be_bad_flags_the_records_the_round_finds_bad_records_in(
         [(offset, flag) for offset, _, flag in RECORDS], "queue_offset LONG, may_be_bad BOOLEAN"
     )
     assert_df_equality(flagged, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def _arrow_flags(records: DataFrame) -> list[bool]:
+    """``may_be_bad_arrow`` of ``records``, in their order."""
+    return may_be_bad_arrow(pa.RecordBatch.from_struct_array(_struct(records))).to_pylist()
+
+
+def _struct(records: DataFrame) -> pa.StructArray:
+    return records.toArrow().combine_chunks().to_struct_array().combine_chunks()
+
+
+def test_the_arrow_form_flags_the_same_records_here(spark: SparkSession) -> None:
+    records = _records(spark).orderBy("queue_offset")
+    assert _arrow_flags(records) == [flag for _, _, flag in sorted(RECORDS, key=lambda r: r[0])]
+
+
+# Text near the edges of the parsers: signs, spaces, letters, 9/10 and 18/19 digits.
+_PROPERTY = st.none() | st.lists(
+    st.sampled_from(["0", "7", "-", "+", " ", "x", "12345678", "2147483648", "922337203685477580"]),
+    max_size=3,
+).map("".join)
+_BODY = st.none() | st.lists(
+    st.sampled_from([b"0", b"9", b",", b"+", b"-", b" ", b"\xff", b"x", b"123456789"]),
+    max_size=6,
+).map(b"".join)
+_RECORD = st.one_of(
+    st.builds(
+        lambda counter, real_qid, prepared: half(
+            0, 10, key="k", counter=counter, real_qid=real_qid, prepared=prepared
+        ),
+        _PROPERTY,
+        _PROPERTY,
+        _PROPERTY,
+    ),
+    st.builds(lambda body, tag: op(0, body, tag=tag), _BODY, st.sampled_from(["d", "x"])),
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_RECORD, min_size=1, max_size=40))
+def test_the_arrow_form_flags_every_record_the_spark_form_flags(
+    spark: SparkSession, drawn: list[dict]
+) -> None:
+    """The mirror derives the flag with the Arrow form: a record the round would find a bad
+    record in is never left unflagged (a few more may be flagged)."""
+    rows = [{**record, "queue_offset": i} for i, record in enumerate(drawn)]
+    records = with_may_be_bad(as_lean(frame(spark, rows))).orderBy("queue_offset")
+    spark_flags = [row[MAY_BE_BAD] for row in records.select(MAY_BE_BAD).collect()]
+    arrow_flags = _arrow_flags(records)
+    assert [a for s, a in zip(spark_flags, arrow_flags, strict=True) if s] == [True] * sum(
+        spark_flags
+    )
 
 
 def test_the_flagged_records_give_every_bad_record(spark: SparkSession) -> None:

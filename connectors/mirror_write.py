@@ -1,0 +1,172 @@
+"""The mirror's writes, done by its decode tasks (Python workers; no Spark in the tasks).
+
+Each task decodes its units (``read_tasks.run_unit``), derives the mirror's derived columns
+on each batch and writes the batches as Parquet files into the run's staging folder: one
+file per (broker, topic) it meets, one row group per batch. It sends back one row per file
+(``STAGED_FILE``): where the file is, its partition, and how many rows it holds and how many
+of them have no queue offset. The driver checks the files, moves them into the table and
+commits them (``connectors.mirror``). The rows never pass through the JVM: its Parquet
+writer costs about as much as the decode (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from connectors.arrow import to_arrow_schema
+from connectors.rocketmq.combined import ReadOptions
+from connectors.rocketmq.read_plan import Unit
+from connectors.rocketmq.read_tasks import run_unit
+from connectors.rocketmq.reader import unit_tasks
+
+STAGED_FILE = T.StructType(
+    [
+        T.StructField("path", T.StringType(), False),
+        T.StructField("broker", T.StringType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("rows", T.LongType(), False),
+        T.StructField("unplaced", T.LongType(), False),
+    ]
+)
+_STAGED_FILE_ARROW = to_arrow_schema(STAGED_FILE)
+# The mirror's tables are partitioned by broker and topic (connectors.mirror).
+MIRROR_PARTITIONS = ("broker", "topic")
+Partition = tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One file a task wrote (a row of ``STAGED_FILE``)."""
+
+    path: str
+    broker: str | None
+    topic: str | None
+    rows: int
+    # Bad records without a queue offset: the mirror's ranges cannot hold them.
+    unplaced: int
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """What the tasks write: into ``folder`` (the driver's staging folder, which every
+    executor must see: docs/cluster.md), files of the columns of ``schema`` (the table's,
+    without its partition columns), the last of them derived from each decoded batch by
+    ``derive``."""
+
+    folder: str
+    schema: pa.Schema
+    derive: Callable[[pa.RecordBatch], Sequence[pa.Array]]
+
+
+def _where(column: pa.Array, value: str | None) -> pa.Array:
+    if value is None:
+        return pc.is_null(column)
+    return pc.fill_null(pc.equal(column, value), False)
+
+
+def split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[Partition, pa.RecordBatch]]:
+    """The batch's rows per (broker, topic): a queue's batch is one, a commit-log scan's
+    may hold several topics."""
+    keys = pa.table(
+        [batch.column(name) for name in MIRROR_PARTITIONS], names=list(MIRROR_PARTITIONS)
+    )
+    found = keys.group_by(list(MIRROR_PARTITIONS)).aggregate([]).to_pylist()
+    if len(found) == 1:
+        yield (found[0]["broker"], found[0]["topic"]), batch
+        return
+    for key in found:
+        mask = pc.and_(*(_where(batch.column(name), key[name]) for name in MIRROR_PARTITIONS))
+        yield (key["broker"], key["topic"]), batch.filter(mask)
+
+
+def _unplaced(batch: pa.RecordBatch) -> int:
+    bad = pc.is_valid(batch.column("reason"))
+    return int(pc.sum(pc.and_(bad, pc.is_null(batch.column("queue_offset")))).as_py() or 0)
+
+
+class _TaskFiles:
+    """The open files of one task, one per partition, and what each holds."""
+
+    def __init__(self, write: StagedWrite) -> None:
+        self.write = write
+        self.writers: dict[Partition, pq.ParquetWriter] = {}
+        self.paths: dict[Partition, str] = {}
+        self.rows: dict[Partition, int] = {}
+        self.unplaced: dict[Partition, int] = {}
+
+    def add(self, key: Partition, rows: pa.RecordBatch) -> None:
+        if key not in self.writers:
+            self.paths[key] = str(Path(self.write.folder) / f"part-{uuid.uuid4().hex}.parquet")
+            self.writers[key] = pq.ParquetWriter(
+                self.paths[key], self.write.schema, compression="snappy"
+            )
+            self.rows[key] = self.unplaced[key] = 0
+        columns = [rows.column(field.name) for field in self.write.schema]
+        self.writers[key].write_batch(pa.RecordBatch.from_arrays(columns, schema=self.write.schema))
+        self.rows[key] += rows.num_rows
+        self.unplaced[key] += _unplaced(rows)
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+    def staged(self) -> pa.RecordBatch:
+        files = [
+            StagedFile(self.paths[key], *key, self.rows[key], self.unplaced[key])
+            for key in self.writers
+        ]
+        return pa.RecordBatch.from_pylist(
+            [asdict(file) for file in files], schema=_STAGED_FILE_ARROW
+        )
+
+
+def _write_task(units: Sequence[Unit], options: ReadOptions, write: StagedWrite) -> pa.RecordBatch:
+    files = _TaskFiles(write)
+    try:
+        for unit in units:
+            for batch in run_unit(unit, options):
+                if not batch.num_rows:
+                    continue
+                # The file's columns the decode does not give are the derived ones.
+                derived = [name for name in write.schema.names if name not in batch.schema.names]
+                full = pa.RecordBatch.from_arrays(
+                    [*batch.columns, *write.derive(batch)], names=[*batch.schema.names, *derived]
+                )
+                for key, rows in split_by_partition(full):
+                    files.add(key, rows)
+    finally:
+        files.close()
+    return files.staged()
+
+
+def write_tasks(
+    tasks: list[list[Unit]],
+    options: ReadOptions,
+    write: StagedWrite,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: each input row is a task id; its units, decoded and
+    written (module docstring)."""
+    for batch in batches:
+        for task_id in batch.column(0).to_pylist():
+            yield _write_task(tasks[int(task_id)], options, write)
+
+
+def write_units(
+    spark: SparkSession, units: Sequence[Unit], options: ReadOptions, write: StagedWrite
+) -> list[StagedFile]:
+    """Decode ``units`` and write them as ``write`` says, in one Spark job: the files."""
+    ranges, tasks = unit_tasks(spark, units)
+    written = ranges.mapInArrow(functools.partial(write_tasks, tasks, options, write), STAGED_FILE)
+    # One row per file (per task and partition it met): a few, however many records.
+    return [StagedFile(**row.asDict()) for row in written.collect()]
