@@ -48,6 +48,8 @@ from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from simulator.growth import copy_prefix, record_ends
 
 _MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages)")
+# The half/op records' line, with the extension's seconds.
+_EXTENDED = re.compile(r"mirror: (\d+) new half/op records decoded into .* in ([\d.]+) s$")
 # The topics whose records the mirror holds (``mirror_records``, ``mirror_discards``).
 MIRRORED_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
 # A progress line's time (seconds from the read's plan) and what it says.
@@ -168,19 +170,14 @@ class Target:
 
 
 def decode_rate(run: dict) -> float | None:
-    """Half/op records a run decoded into the mirror per second, from the read's plan (its
-    first progress line) to the line saying they were decoded: the mirror's marks checked,
-    the decode and its commit. None without a decode."""
-    times = [(float(m[1]), m[2]) for m in map(_PROGRESS.match, run["progress"]) if m]
-    decoded = [
-        (at, int(found[1]))
-        for at, text in times
-        if (found := _MIRRORED.search(text)) and found[2] == "half/op"
-    ]
-    if not times or not decoded or decoded[0][0] <= times[0][0]:
-        return None
-    at, records = decoded[0]
-    return records / (at - times[0][0])
+    """Half/op records a run decoded into the mirror per second of its extension (the
+    mirror's marks checked, the plan, the decode and its commit), as its line says. None
+    without a decode."""
+    for line in run["progress"]:
+        found = _EXTENDED.search(line)
+        if found and int(found[1]) and float(found[2]):
+            return int(found[1]) / float(found[2])
+    return None
 
 
 def targets(figures: dict) -> list[Target]:

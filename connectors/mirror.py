@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -196,6 +197,7 @@ class Extension:
     plan: MirrorPlan
     records: int  # rows decoded into the mirror (records and bad records)
     committed: bool  # False: the decode could not place every row; read live instead
+    seconds: float = 0.0  # the extension's time: marks read, plan, decode, commit
 
     def read_ends(self, topic: str | None = None) -> dict[QueueKey, int]:
         """Per queue (of ``topic``, or all) read from the mirror, the first queue offset the
@@ -267,6 +269,7 @@ class Mirror:
         marks (``plan_mirror``; ``rebuild``: brokers to read whole again, and why), decode
         the new entries into Parquet files and commit them with the new marks."""
         settings = decode_settings(options)
+        started = time.monotonic()
         with commit_lock(str(self.root)):
             self._ensure_table()
             state = load_state(self.path)
@@ -291,7 +294,8 @@ class Mirror:
             if any(file.unplaced for file in staged):
                 # Nothing is committed: the run reads its stores whole, as without the mirror.
                 shutil.rmtree(staging, ignore_errors=True)
-                return Extension(MirrorPlan([], list(units), {}, {}, {}), 0, committed=False)
+                nothing = MirrorPlan([], list(units), {}, {}, {})
+                return Extension(nothing, 0, False, time.monotonic() - started)
             # Executors write on their file system, the driver lists its own: marks that
             # moved past rows the driver cannot see would lose them (docs/cluster.md).
             check_committed_rows(self.kind.table, written, _rows_found(staged), staging)
@@ -308,7 +312,7 @@ class Mirror:
             replaced = sorted(b for b in roots if b in plan.rebuilt or b not in state)
             if adds or replaced or new_state != state:
                 self._commit(adds, replaced, new_state)
-        return Extension(plan, written, committed=True)
+        return Extension(plan, written, True, time.monotonic() - started)
 
     def _decode(
         self, units: Sequence[Unit], options: ReadOptions, staging: Path
@@ -464,6 +468,7 @@ def mirror_lines(extension: Extension, request: MirrorRequest, kind: MirrorKind)
         )
     else:
         lines.append(
-            f"mirror: {extension.records} new {kind.what} decoded into {request.root / kind.table}"
+            f"mirror: {extension.records} new {kind.what} decoded into"
+            f" {request.root / kind.table} in {extension.seconds:.1f} s"
         )
     return lines

@@ -28,6 +28,7 @@ from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.read_plan import Unit
 from connectors.rocketmq.read_tasks import run_unit
 from connectors.rocketmq.reader import unit_tasks
+from schemas.messages import PROP_KEYS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, PROPERTY_COLUMNS
 
 STAGED_FILE = T.StructType(
     [
@@ -42,6 +43,10 @@ _STAGED_FILE_ARROW = to_arrow_schema(STAGED_FILE)
 # The mirror's tables are partitioned by broker and topic (connectors.mirror).
 MIRROR_PARTITIONS = ("broker", "topic")
 Partition = tuple[str | None, str | None]
+# Text columns that hold a value per message: a dictionary of them only adds to the file.
+_UNIQUE_TEXT = tuple(
+    PROPERTY_COLUMNS[name] for name in (PROP_UNIQ_KEY, PROP_KEYS, PROP_TRANSACTION_ID)
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,19 @@ class StagedWrite:
     folder: str
     schema: pa.Schema
     derive: Callable[[pa.RecordBatch], Sequence[pa.Array]]
+
+
+def column_encodings(schema: pa.Schema) -> dict[str, object]:
+    """The Parquet writer's encodings for ``schema``: its longs (offsets, positions, times,
+    which rise along a queue) delta-encoded, its binary and unique text columns plain, a
+    dictionary for the rest (names, hosts, tags, flags, properties that repeat)."""
+    longs = [field.name for field in schema if pa.types.is_int64(field.type)]
+    binary = [field.name for field in schema if pa.types.is_binary(field.type)]
+    plain = {*longs, *binary, *_UNIQUE_TEXT}
+    return {
+        "use_dictionary": [name for name in schema.names if name not in plain],
+        "column_encoding": dict.fromkeys(longs, "DELTA_BINARY_PACKED"),
+    }
 
 
 def _where(column: pa.Array, value: str | None) -> pa.Array:
@@ -108,7 +126,10 @@ class _TaskFiles:
         if key not in self.writers:
             self.paths[key] = str(Path(self.write.folder) / f"part-{uuid.uuid4().hex}.parquet")
             self.writers[key] = pq.ParquetWriter(
-                self.paths[key], self.write.schema, compression="snappy"
+                self.paths[key],
+                self.write.schema,
+                compression="snappy",
+                **column_encodings(self.write.schema),
             )
             self.rows[key] = self.unplaced[key] = 0
         columns = [rows.column(field.name) for field in self.write.schema]

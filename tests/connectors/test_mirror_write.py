@@ -70,6 +70,15 @@ def test_the_tasks_write_every_decoded_row_once_with_its_derived_columns(
         order = [("queue_id", "ascending"), ("queue_offset", "ascending")]
         assert table.sort_by(order).to_pylist() == expected.sort_by(order).to_pylist()
     assert all(file.broker == "a" and file.unplaced == 0 for file in staged)
+    # Offsets delta-encoded, unique keys plain, repeated names in a dictionary.
+    chunks = pq.read_metadata(staged[0].path).row_group(0)
+    encodings = {
+        chunks.column(i).path_in_schema: chunks.column(i).encodings
+        for i in range(chunks.num_columns)
+    }
+    assert "DELTA_BINARY_PACKED" in encodings["queue_offset"]
+    assert "RLE_DICTIONARY" not in encodings["uniq_key"]
+    assert "RLE_DICTIONARY" in encodings["producer_group"]
 
 
 def test_a_range_that_cannot_be_read_keeps_the_extension_out_of_the_mirror(
