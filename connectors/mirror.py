@@ -288,19 +288,12 @@ class Mirror:
                 for (topic, queue_id), mark in part.marks.items()
             }
             plan = plan_mirror(roots, units, marks, rebuild)
-            staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
-            staged = self._decode(plan.extend, options, staging)
-            written = sum(file.rows for file in staged)
-            if any(file.unplaced for file in staged):
+            placed = self._write(plan.extend, options)
+            if placed is None:
                 # Nothing is committed: the run reads its stores whole, as without the mirror.
-                shutil.rmtree(staging, ignore_errors=True)
                 nothing = MirrorPlan([], list(units), {}, {}, {})
                 return Extension(nothing, 0, False, time.monotonic() - started)
-            # Executors write on their file system, the driver lists its own: marks that
-            # moved past rows the driver cannot see would lose them (docs/cluster.md).
-            check_committed_rows(self.kind.table, written, _rows_found(staged), staging)
-            adds = self._place(staged)
-            shutil.rmtree(staging, ignore_errors=True)
+            adds, written = placed
             new_state = dict(state)
             for broker in roots:
                 new_state[broker] = BrokerMirror(
@@ -313,6 +306,25 @@ class Mirror:
             if adds or replaced or new_state != state:
                 self._commit(adds, replaced, new_state)
         return Extension(plan, written, True, time.monotonic() - started)
+
+    def _write(
+        self, units: Sequence[Unit], options: ReadOptions
+    ) -> tuple[list[AddAction], int] | None:
+        """Decode ``units`` into the table's folders: the add actions of the files and the
+        rows they hold; None when a row has no queue offset (nothing placed). The staging
+        folder is removed whatever happens."""
+        staging = self.path / "_staging" / f"write-{uuid.uuid4().hex}"
+        try:
+            staged = self._decode(units, options, staging)
+            if any(file.unplaced for file in staged):
+                return None
+            written = sum(file.rows for file in staged)
+            # Executors write on their file system, the driver lists its own: marks that
+            # moved past rows the driver cannot see would lose them (docs/cluster.md).
+            check_committed_rows(self.kind.table, written, _rows_found(staged), staging)
+            return self._place(staged), written
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _decode(
         self, units: Sequence[Unit], options: ReadOptions, staging: Path

@@ -124,7 +124,11 @@ class _TaskFiles:
 
     def add(self, key: Partition, rows: pa.RecordBatch) -> None:
         if key not in self.writers:
-            self.paths[key] = str(Path(self.write.folder) / f"part-{uuid.uuid4().hex}.parquet")
+            # Made here too: an executor that does not share the driver's file system
+            # writes on its own, and the driver finds fewer rows than were written.
+            folder = Path(self.write.folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            self.paths[key] = str(folder / f"part-{uuid.uuid4().hex}.parquet")
             self.writers[key] = pq.ParquetWriter(
                 self.paths[key],
                 self.write.schema,

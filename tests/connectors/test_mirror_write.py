@@ -13,7 +13,9 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from connectors import mirror as mirror_module
 from connectors.arrow import to_arrow_schema
+from connectors.delta import RowsNotCommittedError
 from connectors.mirror import MIRROR_TABLE, Derived, Mirror, MirrorRequest, read_through_mirror
 from connectors.mirror_write import StagedWrite, split_by_partition, write_units
 from connectors.rocketmq.read_plan import QueueUnit
@@ -79,6 +81,29 @@ def test_the_tasks_write_every_decoded_row_once_with_its_derived_columns(
     assert "DELTA_BINARY_PACKED" in encodings["queue_offset"]
     assert "RLE_DICTIONARY" not in encodings["uniq_key"]
     assert "RLE_DICTIONARY" in encodings["producer_group"]
+
+
+def test_a_file_the_driver_cannot_see_fails_the_extension_and_commits_nothing(
+    spark: SparkSession, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output root the executors do not share: the driver finds fewer rows than the
+    tasks wrote, and the mirror keeps its marks (no commit)."""
+    written = mirror_module.write_units
+
+    def one_file_unseen(*args, **kwargs):
+        staged = written(*args, **kwargs)
+        Path(staged[0].path).unlink()  # what a driver without shared storage sees
+        return staged
+
+    monkeypatch.setattr(mirror_module, "write_units", one_file_unseen)
+    plan = plan_stores([StoreSpec("a", store)])
+    with pytest.raises(RowsNotCommittedError, match=r"mirror_records: executors wrote \d+ rows"):
+        read_through_mirror(
+            spark, plan, {"a": store}, OPTIONS, MirrorRequest(tmp_path), derived=FLAGGED
+        )
+    table = DeltaTable(str(tmp_path / MIRROR_TABLE))
+    assert table.version() == 0 and table.file_uris() == []
+    assert not list((tmp_path / MIRROR_TABLE / "_staging").glob("*/*"))
 
 
 def test_a_range_that_cannot_be_read_keeps_the_extension_out_of_the_mirror(
