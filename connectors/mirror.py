@@ -197,7 +197,7 @@ class Extension:
     plan: MirrorPlan
     records: int  # rows decoded into the mirror (records and bad records)
     committed: bool  # False: the decode could not place every row; read live instead
-    seconds: float = 0.0  # the extension's time: marks read, plan, decode, commit
+    seconds: float = 0.0  # the extension's time under the lock: marks read, plan, decode, commit
 
     def read_ends(self, topic: str | None = None) -> dict[QueueKey, int]:
         """Per queue (of ``topic``, or all) read from the mirror, the first queue offset the
@@ -269,8 +269,8 @@ class Mirror:
         marks (``plan_mirror``; ``rebuild``: brokers to read whole again, and why), decode
         the new entries into Parquet files and commit them with the new marks."""
         settings = decode_settings(options)
-        started = time.monotonic()
         with commit_lock(str(self.root)):
+            started = time.monotonic()  # not the wait for the lock
             self._ensure_table()
             state = load_state(self.path)
             self._ensure_derived(state)
