@@ -47,13 +47,13 @@ from connectors.rocketmq.probe import entry_at, record_head
 from schemas.messages import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC
 from simulator.growth import copy_prefix, record_ends
 
-_MIRRORED = re.compile(r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages)")
-# The half/op records' line, with the extension's seconds.
-_EXTENDED = re.compile(r"mirror: (\d+) new half/op records decoded into .* in ([\d.]+) s$")
+# A mirror's line: the rows decoded into it, of which kind, in how many seconds.
+_MIRRORED = re.compile(
+    r"mirror: (\d+) new (half/op|discard|committed) (?:records|messages) decoded into .* in"
+    r" ([\d.]+) s"
+)
 # The topics whose records the mirror holds (``mirror_records``, ``mirror_discards``).
 MIRRORED_TOPICS = (HALF_TOPIC, OP_TOPIC, DISCARD_TOPIC)
-# A progress line's time (seconds from the read's plan) and what it says.
-_PROGRESS = re.compile(r"^\[\s*([\d.]+)s\] (.*)$")
 
 
 def cut_before(store: Path, minutes: float) -> int:
@@ -92,7 +92,7 @@ def _job(stores: dict[str, Path], output: Path, work: Path, *flags: str) -> dict
         raise RuntimeError(
             f"exit {measured.returncode}: {' '.join(command)}\n{measured.stderr[-3000:]}"
         )
-    mirrored = {kind: int(n) for n, kind in _MIRRORED.findall(measured.stderr)}
+    mirrored = {kind: int(n) for n, kind, _ in _MIRRORED.findall(measured.stderr)}
     return {
         "load_1m": load,
         "command": " ".join(command),
@@ -174,9 +174,9 @@ def decode_rate(run: dict) -> float | None:
     mirror's marks checked, the plan, the decode and its commit), as its line says. None
     without a decode."""
     for line in run["progress"]:
-        found = _EXTENDED.search(line)
-        if found and int(found[1]) and float(found[2]):
-            return int(found[1]) / float(found[2])
+        found = _MIRRORED.search(line)
+        if found and found[2] == "half/op" and int(found[1]) and float(found[3]):
+            return int(found[1]) / float(found[3])
     return None
 
 

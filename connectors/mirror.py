@@ -40,10 +40,10 @@ from connectors.delta_commit import TABLE_PROPERTIES, commit_lock, local_root
 from connectors.delta_read import newest_data_commit
 from connectors.delta_rs import check_committed_rows, partition_folder
 from connectors.errors import InputError
-from connectors.mirror_write import MIRROR_PARTITIONS, StagedFile, StagedWrite, write_units
+from connectors.mirror_write import StagedFile, StagedWrite, write_units
 from connectors.rocketmq.combined import ReadOptions
 from connectors.rocketmq.mirror_plan import MirrorPlan, QueueKey, QueueMark, plan_mirror
-from connectors.rocketmq.read_plan import Unit
+from connectors.rocketmq.read_plan import QueueUnit, Unit
 from connectors.rocketmq.reader import (
     COMBINED,
     COMMITS_COMBINED,
@@ -54,6 +54,7 @@ from connectors.rocketmq.reader import (
     split_read,
 )
 
+MIRROR_PARTITIONS = ("broker", "topic")
 # The commit metadata key that holds the marks (``MirrorState``), and their format.
 STATE_KEY = "rmq_txn_reconcile_mirror"
 # Commits that carry no state: a vacuum writes a start and an end commit (jobs.maintenance
@@ -197,7 +198,7 @@ class Extension:
     plan: MirrorPlan
     records: int  # rows decoded into the mirror (records and bad records)
     committed: bool  # False: the decode could not place every row; read live instead
-    seconds: float = 0.0  # the extension's time under the lock: marks read, plan, decode, commit
+    seconds: float  # the extension's time under the lock: marks read, plan, decode, commit
 
     def read_ends(self, topic: str | None = None) -> dict[QueueKey, int]:
         """Per queue (of ``topic``, or all) read from the mirror, the first queue offset the
@@ -308,7 +309,7 @@ class Mirror:
         return Extension(plan, written, True, time.monotonic() - started)
 
     def _write(
-        self, units: Sequence[Unit], options: ReadOptions
+        self, units: Sequence[QueueUnit], options: ReadOptions
     ) -> tuple[list[AddAction], int] | None:
         """Decode ``units`` into the table's folders: the add actions of the files and the
         rows they hold; None when a row has no queue offset (nothing placed). The staging
@@ -327,7 +328,7 @@ class Mirror:
             shutil.rmtree(staging, ignore_errors=True)
 
     def _decode(
-        self, units: Sequence[Unit], options: ReadOptions, staging: Path
+        self, units: Sequence[QueueUnit], options: ReadOptions, staging: Path
     ) -> list[StagedFile]:
         """Decode ``units`` into Parquet files of the table's columns in ``staging``, each
         of one (broker, topic): the files (``connectors.mirror_write``)."""
@@ -343,8 +344,8 @@ class Mirror:
         for file in staged:
             folder = (
                 self.path
-                / partition_folder(file.broker or "", "broker")
-                / partition_folder(file.topic or "", "topic")
+                / partition_folder(file.broker, "broker")
+                / partition_folder(file.topic, "topic")
             )
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / Path(file.path).name

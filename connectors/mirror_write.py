@@ -1,8 +1,9 @@
 """The mirror's writes, done by its decode tasks (Python workers; no Spark in the tasks).
 
-Each task decodes its units (``read_tasks.run_unit``), derives the mirror's derived columns
-on each batch and writes the batches as Parquet files into the run's staging folder: one
-file per (broker, topic) it meets, one row group per batch. It sends back one row per file
+Each task decodes its units (``read_tasks.run_unit``; consume-queue ranges, whose every row
+is of the unit's broker and topic, bad records included), derives the mirror's derived
+columns on each batch and writes the batches as Parquet files into the run's staging
+folder: one file per (broker, topic) of its units, one row group per batch. It sends back one row per file
 (``STAGED_FILE``): where the file is, its partition, and how many rows it holds and how many
 of them have no queue offset. The driver checks the files, moves them into the table and
 commits them (``connectors.mirror``). The rows never pass through the JVM: its Parquet
@@ -25,7 +26,7 @@ from pyspark.sql import types as T
 
 from connectors.arrow import to_arrow_schema
 from connectors.rocketmq.combined import ReadOptions
-from connectors.rocketmq.read_plan import Unit
+from connectors.rocketmq.read_plan import QueueUnit, Unit
 from connectors.rocketmq.read_tasks import run_unit
 from connectors.rocketmq.reader import unit_tasks
 from schemas.messages import PROP_KEYS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, PROPERTY_COLUMNS
@@ -33,16 +34,14 @@ from schemas.messages import PROP_KEYS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, PROP
 STAGED_FILE = T.StructType(
     [
         T.StructField("path", T.StringType(), False),
-        T.StructField("broker", T.StringType()),
-        T.StructField("topic", T.StringType()),
+        T.StructField("broker", T.StringType(), False),
+        T.StructField("topic", T.StringType(), False),
         T.StructField("rows", T.LongType(), False),
         T.StructField("unplaced", T.LongType(), False),
     ]
 )
 _STAGED_FILE_ARROW = to_arrow_schema(STAGED_FILE)
-# The mirror's tables are partitioned by broker and topic (connectors.mirror).
-MIRROR_PARTITIONS = ("broker", "topic")
-Partition = tuple[str | None, str | None]
+Partition = tuple[str, str]
 # Text columns that hold a value per message: a dictionary of them only adds to the file.
 _UNIQUE_TEXT = tuple(
     PROPERTY_COLUMNS[name] for name in (PROP_UNIQ_KEY, PROP_KEYS, PROP_TRANSACTION_ID)
@@ -54,8 +53,8 @@ class StagedFile:
     """One file a task wrote (a row of ``STAGED_FILE``)."""
 
     path: str
-    broker: str | None
-    topic: str | None
+    broker: str
+    topic: str
     rows: int
     # Bad records without a queue offset: the mirror's ranges cannot hold them.
     unplaced: int
@@ -86,89 +85,71 @@ def column_encodings(schema: pa.Schema) -> dict[str, object]:
     }
 
 
-def _where(column: pa.Array, value: str | None) -> pa.Array:
-    if value is None:
-        return pc.is_null(column)
-    return pc.fill_null(pc.equal(column, value), False)
-
-
-def split_by_partition(batch: pa.RecordBatch) -> Iterator[tuple[Partition, pa.RecordBatch]]:
-    """The batch's rows per (broker, topic): a queue's batch is one, a commit-log scan's
-    may hold several topics."""
-    keys = pa.table(
-        [batch.column(name) for name in MIRROR_PARTITIONS], names=list(MIRROR_PARTITIONS)
-    )
-    found = keys.group_by(list(MIRROR_PARTITIONS)).aggregate([]).to_pylist()
-    if len(found) == 1:
-        yield (found[0]["broker"], found[0]["topic"]), batch
-        return
-    for key in found:
-        mask = pc.and_(*(_where(batch.column(name), key[name]) for name in MIRROR_PARTITIONS))
-        yield (key["broker"], key["topic"]), batch.filter(mask)
-
-
 def _unplaced(batch: pa.RecordBatch) -> int:
     bad = pc.is_valid(batch.column("reason"))
     return int(pc.sum(pc.and_(bad, pc.is_null(batch.column("queue_offset")))).as_py() or 0)
 
 
+@dataclass
+class _OpenFile:
+    """One file a task is writing, and what it holds so far."""
+
+    path: str
+    writer: pq.ParquetWriter
+    rows: int = 0
+    unplaced: int = 0
+
+
 class _TaskFiles:
-    """The open files of one task, one per partition, and what each holds."""
+    """The open files of one task, one per partition."""
 
     def __init__(self, write: StagedWrite) -> None:
         self.write = write
-        self.writers: dict[Partition, pq.ParquetWriter] = {}
-        self.paths: dict[Partition, str] = {}
-        self.rows: dict[Partition, int] = {}
-        self.unplaced: dict[Partition, int] = {}
+        self.files: dict[Partition, _OpenFile] = {}
 
     def add(self, key: Partition, rows: pa.RecordBatch) -> None:
-        if key not in self.writers:
+        if key not in self.files:
             # Made here too: an executor that does not share the driver's file system
             # writes on its own, and the driver finds fewer rows than were written.
             folder = Path(self.write.folder)
             folder.mkdir(parents=True, exist_ok=True)
-            self.paths[key] = str(folder / f"part-{uuid.uuid4().hex}.parquet")
-            self.writers[key] = pq.ParquetWriter(
-                self.paths[key],
-                self.write.schema,
-                compression="snappy",
-                **column_encodings(self.write.schema),
+            path = str(folder / f"part-{uuid.uuid4().hex}.parquet")
+            writer = pq.ParquetWriter(
+                path, self.write.schema, compression="snappy", **column_encodings(self.write.schema)
             )
-            self.rows[key] = self.unplaced[key] = 0
-        columns = [rows.column(field.name) for field in self.write.schema]
-        self.writers[key].write_batch(pa.RecordBatch.from_arrays(columns, schema=self.write.schema))
-        self.rows[key] += rows.num_rows
-        self.unplaced[key] += _unplaced(rows)
+            self.files[key] = _OpenFile(path, writer)
+        file = self.files[key]
+        columns = [rows.column(name) for name in self.write.schema.names]
+        file.writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self.write.schema))
+        file.rows += rows.num_rows
+        file.unplaced += _unplaced(rows)
 
     def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
+        for file in self.files.values():
+            file.writer.close()
 
     def staged(self) -> pa.RecordBatch:
-        files = [
-            StagedFile(self.paths[key], *key, self.rows[key], self.unplaced[key])
-            for key in self.writers
+        staged = [
+            asdict(StagedFile(file.path, *key, file.rows, file.unplaced))
+            for key, file in self.files.items()
         ]
-        return pa.RecordBatch.from_pylist(
-            [asdict(file) for file in files], schema=_STAGED_FILE_ARROW
-        )
+        return pa.RecordBatch.from_pylist(staged, schema=_STAGED_FILE_ARROW)
 
 
 def _write_task(units: Sequence[Unit], options: ReadOptions, write: StagedWrite) -> pa.RecordBatch:
     files = _TaskFiles(write)
+    # The file's columns the decode does not give are the derived ones.
+    decoded = set(options.arrow_schema.names)
+    derived = [name for name in write.schema.names if name not in decoded]
     try:
         for unit in units:
+            if not isinstance(unit, QueueUnit):  # plan_mirror extends consume-queue ranges
+                raise TypeError(f"the mirror holds consume-queue ranges, not {unit!r}")
             for batch in run_unit(unit, options):
-                if not batch.num_rows:
-                    continue
-                # The file's columns the decode does not give are the derived ones.
-                derived = [name for name in write.schema.names if name not in batch.schema.names]
-                full = pa.RecordBatch.from_arrays(
-                    [*batch.columns, *write.derive(batch)], names=[*batch.schema.names, *derived]
-                )
-                for key, rows in split_by_partition(full):
-                    files.add(key, rows)
+                if batch.num_rows:
+                    columns = [*batch.columns, *write.derive(batch)]
+                    full = pa.RecordBatch.from_arrays(columns, [*batch.schema.names, *derived])
+                    files.add((unit.broker, unit.topic), full)
     finally:
         files.close()
     return files.staged()
@@ -188,7 +169,7 @@ def write_tasks(
 
 
 def write_units(
-    spark: SparkSession, units: Sequence[Unit], options: ReadOptions, write: StagedWrite
+    spark: SparkSession, units: Sequence[QueueUnit], options: ReadOptions, write: StagedWrite
 ) -> list[StagedFile]:
     """Decode ``units`` and write them as ``write`` says, in one Spark job: the files."""
     ranges, tasks = unit_tasks(spark, units)

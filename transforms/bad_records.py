@@ -180,10 +180,6 @@ def may_be_bad() -> Column:
     return F.coalesce(half | op, F.lit(False))
 
 
-def _matches(text: pa.Array, pattern: str) -> pa.Array:
-    return pc.match_substring_regex(text, pattern)
-
-
 def may_be_bad_arrow(records: pa.RecordBatch) -> pa.Array:
     """``may_be_bad`` of a batch of decoded records (lean or combined, with the columns the
     rule reads), for the mirror's tasks, which derive the flag as they write its files with
@@ -195,11 +191,14 @@ def may_be_bad_arrow(records: pa.RecordBatch) -> pa.Array:
     unplain_property = pa.scalar(False)
     for _, raw, _, plain in _CHECKED_PROPERTIES:
         text = records.column(raw)
-        unplain = pc.and_kleene(pc.is_valid(text), pc.invert(_matches(text, plain)))
+        unplain = pc.and_kleene(pc.is_valid(text), pc.invert(pc.match_substring_regex(text, plain)))
         unplain_property = pc.or_kleene(unplain_property, unplain)
     half = pc.and_kleene(pc.equal(topic, HALF_TOPIC), unplain_property)
     body = records.column("body")
-    plain_body = pc.and_kleene(_matches(body, PLAIN_BODY), pc.invert(_matches(body, LONG_RUN)))
+    plain_body = pc.and_kleene(
+        pc.match_substring_regex(body, PLAIN_BODY),
+        pc.invert(pc.match_substring_regex(body, LONG_RUN)),
+    )
     names = pc.and_kleene(pc.equal(records.column("tags"), REMOVE_TAG), pc.is_valid(body))
     op = pc.and_kleene(pc.and_kleene(pc.equal(topic, OP_TOPIC), names), pc.invert(plain_body))
     return pc.fill_null(pc.or_kleene(half, op), False)

@@ -49,7 +49,7 @@ class QueueMark:
 class MirrorPlan:
     """One run's read through the mirror (``plan_mirror``)."""
 
-    extend: list[Unit]  # decoded into the mirror by this run
+    extend: list[QueueUnit]  # decoded into the mirror by this run (consume-queue ranges)
     live: list[Unit]  # decoded by this run for itself (module docstring)
     ranges: dict[QueueKey, tuple[int, int]]  # per queue, the [first, end) rows read from it
     marks: dict[QueueKey, QueueMark]  # the mirror's marks once this run extended it

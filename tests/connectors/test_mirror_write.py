@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -17,7 +16,7 @@ from connectors import mirror as mirror_module
 from connectors.arrow import to_arrow_schema
 from connectors.delta import RowsNotCommittedError
 from connectors.mirror import MIRROR_TABLE, Derived, Mirror, MirrorRequest, read_through_mirror
-from connectors.mirror_write import StagedWrite, split_by_partition, write_units
+from connectors.mirror_write import StagedWrite, write_units
 from connectors.rocketmq.read_plan import QueueUnit
 from connectors.rocketmq.reader import decode_units, plan_stores, read_options
 from connectors.rocketmq.store_files import StoreSpec
@@ -36,27 +35,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_a_batch_is_split_by_broker_and_topic_with_every_row_once() -> None:
-    batch = pa.RecordBatch.from_pydict(
-        {
-            "broker": ["a", "a", "b", "a", "a"],
-            "topic": [HALF_TOPIC, OP_TOPIC, HALF_TOPIC, None, HALF_TOPIC],
-            "n": [0, 1, 2, 3, 4],
-        }
-    )
-    parts = {key: rows.column("n").to_pylist() for key, rows in split_by_partition(batch)}
-    assert parts == {
-        ("a", HALF_TOPIC): [0, 4],
-        ("a", OP_TOPIC): [1],
-        ("b", HALF_TOPIC): [2],
-        ("a", None): [3],
-    }
-
-
 def test_the_tasks_write_every_decoded_row_once_with_its_derived_columns(
     spark: SparkSession, store: Path, tmp_path: Path
 ) -> None:
-    units = plan_stores([StoreSpec("a", store)]).units
+    units = [u for u in plan_stores([StoreSpec("a", store)]).units if isinstance(u, QueueUnit)]
     mirror = Mirror(spark, tmp_path, derived=FLAGGED)
     write = StagedWrite(str(tmp_path), to_arrow_schema(mirror.file_schema), may_be_bad_columns)
     staged = write_units(spark, units, OPTIONS, write)
